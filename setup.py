@@ -1,0 +1,24 @@
+"""The fork-style contribution branch for PyTorch distributed: `pip install -e .` sets up
+everything (the pinned torch, test and lint tools) and installs the `torch-overlay` command."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="torch-overlay",
+    version="0.1.0",
+    description="PyTorch distributed fixes carried as upstream-ready patches over torch 2.15.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tools", "tools.*"]),
+    package_data={"tools": ["boot/*.py", "boot/run/*.py"]},
+    install_requires=[
+        "torch==2.15.0",  # the pinned base: patches/base.json records its git sha and files
+        "expecttest==0.3.0",
+        "pytest==9.2.0",
+        "ghstack==0.18.0",
+        "lintrunner==0.13.1",
+        "lintrunner-adapters==0.14.1",
+        "ruff==0.17.6",
+        "clang-format==23.1.5",
+    ],
+    entry_points={"console_scripts": ["torch-overlay=tools.cli:main"]},
+)

@@ -1,0 +1,102 @@
+"""Which patches can be active on a wheel, and the tree of Python files that activates them.
+
+A patch that touches C++ (or carries the ``Requires-Source-Build`` trailer because its Python
+change is only correct with a C++ change of the series) is held back: its Python changes are
+reverse-applied from the overlay's working tree, so uncommitted edits are still tested.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import overlay_repo
+from tools.base import (
+    OVERLAY_DIR,
+    OverlayError,
+    check_installed,
+    git,
+    installed_torch,
+    read_pin,
+)
+
+BOOT_DIR = Path(__file__).parent / "boot"
+ENV_VAR = "TORCH_OVERLAY_ACTIVE"
+
+
+@dataclass(frozen=True)
+class Plan:
+    active: list[overlay_repo.Commit]
+    held_back: list[overlay_repo.Commit]
+    modules: list[str]  # overlaid module names, sorted
+
+    def summary(self) -> str:
+        text = f"{len(self.active)} patch(es) active, {len(self.modules)} module(s) overlaid"
+        if self.held_back:
+            text += f"; {len(self.held_back)} held back (need a source build)"
+        return text
+
+
+def materialize(repo: Path, dest: Path) -> Plan:
+    """Write the active Python files to ``dest`` (which must not exist) and describe them."""
+    pin = read_pin(repo)
+    torch = installed_torch()
+    check_installed(pin, torch)
+    overlay = repo / OVERLAY_DIR
+    overlay_repo.require(overlay)
+    commits = overlay_repo.commits(overlay)
+    held_back = [c for c in commits if c.needs_build]
+    tracked = git("ls-files", "-co", "--exclude-standard", "--", "torch/*.py", cwd=overlay)
+    dest.mkdir(parents=True)
+    for rel in tracked.split():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(overlay / rel, dest / rel)
+    for commit in reversed(held_back):
+        diff = git("diff", "--full-index", f"{commit.sha}^", commit.sha, "--", "*.py", cwd=overlay)
+        if diff:
+            # dest lies outside any git work tree, so git apply works on plain files there.
+            proc = subprocess.run(
+                ["git", "apply", "-R", "-"], cwd=dest, input=diff.encode(), capture_output=True
+            )
+            if proc.returncode:
+                raise OverlayError(
+                    f"cannot hold back {commit.subject!r} (it needs a source build): later "
+                    f"changes depend on it:\n{proc.stderr.decode().strip()}"
+                )
+    modules = []
+    for path in sorted(dest.rglob("*.py")):
+        rel = path.relative_to(dest).as_posix()
+        installed = torch.site / rel
+        if installed.exists() and installed.read_bytes() == path.read_bytes():
+            path.unlink()  # unchanged upstream file: let the wheel's copy serve it
+        else:
+            modules.append(rel[: -len(".py")].removesuffix("/__init__").replace("/", "."))
+    active = [c for c in commits if not c.needs_build]
+    return Plan(active, held_back, modules)
+
+
+def materialize_to(repo: Path, target: Path) -> Plan:
+    """Like ``materialize``, replacing ``target`` only once the new tree is complete."""
+    scratch = Path(tempfile.mkdtemp(prefix="torch-overlay-active-"))
+    try:
+        plan = materialize(repo, scratch / "tree")
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.move(scratch / "tree", target)
+    finally:
+        shutil.rmtree(scratch)
+    return plan
+
+
+def environment(tree: Path | None) -> dict[str, str]:
+    """Environment for a process tree: the overlay at ``tree``, or stock torch for None."""
+    env = dict(os.environ)
+    paths = [str(BOOT_DIR / "run")]
+    paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != paths[0]]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[ENV_VAR] = str(tree) if tree else ""
+    return env

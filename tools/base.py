@@ -1,0 +1,184 @@
+"""The pinned base and the helpers every verb shares.
+
+The base record (``patches/base.json``) pins the torch release, its upstream git sha and the
+sha256 of every upstream file a patch touches. Base files are read from the installed wheel:
+``.py`` files from ``site-packages/torch``, C++ headers from ``site-packages/torch/include``
+(placed at their source paths, e.g. ``torch/csrc/autograd/utils/grad_layout_contract.h``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PIN_FILE = Path("patches/base.json")
+SERIES_FILE = Path("patches/series")
+SERIES_HEADER = "# One patch file per upstream PR, applied in this order (torch-overlay export writes it).\n"
+OVERLAY_DIR = "torch_overlay"
+PATCH_GLOB = "*.patch"
+
+# Fixed identity and dates so the overlay's commits (and so the exported patches) are
+# reproducible on every machine.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "torch-overlay",
+    "GIT_AUTHOR_EMAIL": "torch-overlay@localhost",
+    "GIT_COMMITTER_NAME": "torch-overlay",
+    "GIT_COMMITTER_EMAIL": "torch-overlay@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+# User-level git settings that would change generated patch text.
+GIT_CONFIG = [
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicprefix=false",
+    "-c", "diff.relative=false",
+    "-c", "diff.algorithm=myers",
+    "-c", "format.signature=",
+    "-c", "core.autocrlf=false",
+    "-c", "commit.gpgsign=false",
+]  # fmt: skip
+
+# Source-tree prefixes of C++ headers and where the wheel keeps them.
+HEADER_ROOTS = {
+    "torch/csrc/": "torch/include/torch/csrc/",
+    "c10/": "torch/include/c10/",
+    "aten/src/ATen/": "torch/include/ATen/",
+}
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+
+class OverlayError(Exception):
+    """A refusal: reported as one clear message; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    version: str
+    git_version: str
+    files: dict[str, str]  # source path -> sha256 of the upstream file
+
+
+@dataclass(frozen=True)
+class InstalledTorch:
+    version: str
+    git_version: str
+    site: Path  # the directory that contains the ``torch`` package
+
+
+def read_pin(repo: Path) -> Pin:
+    path = repo / PIN_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise OverlayError(f"no base record at {path}") from None
+    return Pin(data["torch_version"], data["git_version"], dict(data["files"]))
+
+
+def write_pin(repo: Path, pin: Pin) -> None:
+    data = {
+        "torch_version": pin.version,
+        "git_version": pin.git_version,
+        "files": dict(sorted(pin.files.items())),
+    }
+    (repo / PIN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def read_series(repo: Path) -> list[str]:
+    """Patch file names in order; blank lines and ``#`` comments are ignored."""
+    path = repo / SERIES_FILE
+    if not path.exists():
+        raise OverlayError(f"no series file at {path}")
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def installed_torch() -> InstalledTorch:
+    """Read the installed torch's version without importing it (importing costs seconds)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise OverlayError("torch is not installed in this Python environment")
+    package = Path(spec.origin).parent
+    text = (package / "version.py").read_text()
+    fields = dict(re.findall(r"^(__version__|git_version)\s*=\s*'([^']*)'", text, re.M))
+    return InstalledTorch(fields["__version__"], fields["git_version"], package.parent)
+
+
+def check_installed(pin: Pin, torch: InstalledTorch) -> None:
+    public = torch.version.split("+", 1)[0]
+    if public != pin.version or torch.git_version != pin.git_version:
+        raise OverlayError(
+            f"installed torch is {torch.version} (git {torch.git_version[:12]}), but the series "
+            f"is pinned to torch {pin.version} (git {pin.git_version[:12]}); "
+            f"install it with: pip install torch=={pin.version}"
+        )
+
+
+def wheel_file(torch: InstalledTorch, source_path: str) -> Path:
+    """Where the wheel keeps the upstream file that lives at ``source_path`` in the repo."""
+    if source_path.endswith(PYTHON_SUFFIXES) and source_path.startswith("torch/"):
+        return torch.site / source_path
+    for source_root, wheel_root in HEADER_ROOTS.items():
+        if source_path.startswith(source_root) and source_path.endswith((".h", ".hpp", ".cuh")):
+            return torch.site / wheel_root / source_path[len(source_root) :]
+    raise OverlayError(
+        f"{source_path}: the wheel does not ship this file (only torch/**/*.py and C++ headers "
+        "are taken from it)"
+    )
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_base_file(pin: Pin, torch: InstalledTorch, source_path: str) -> bytes:
+    """The upstream file from the wheel, refused if it drifted from the recorded sha256."""
+    path = wheel_file(torch, source_path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise OverlayError(f"base file {source_path} is missing from the wheel ({path})") from None
+    expected = pin.files.get(source_path)
+    if expected is not None and sha256(data) != expected:
+        raise OverlayError(
+            f"base file {source_path} drifted: {path} has sha256 {sha256(data)[:16]}…, "
+            f"the base record says {expected[:16]}…; reinstall torch=={pin.version}"
+        )
+    return data
+
+
+def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> str:
+    return git_bytes(*args, cwd=cwd, check=check, env=env).decode(errors="replace")
+
+
+def git_bytes(
+    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
+) -> bytes:
+    proc = subprocess.run(
+        ["git", *GIT_CONFIG, *args],
+        cwd=cwd,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise OverlayError(f"git {' '.join(args)} failed in {cwd}:\n{message}")
+    return proc.stdout
+
+
+def find_repo(start: Path | None = None) -> Path:
+    """The project root: the nearest directory upwards that holds ``patches/base.json``."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in [here, *here.parents]:
+        if (candidate / PIN_FILE).exists():
+            return candidate
+    raise OverlayError(f"no {PIN_FILE} in {here} or any parent; run from the project checkout")

@@ -1,0 +1,91 @@
+"""The `torch-overlay` command: one subcommand per verb, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tools.base import OverlayError, find_repo
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="torch-overlay",
+        description="Carry PyTorch distributed fixes as a patch series over an installed torch.",
+    )
+    parser.add_argument("--repo", type=Path, help="project checkout (default: found from cwd)")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    sync = verbs.add_parser("sync", help="materialize torch_overlay/ from the wheel + patches")
+    sync.add_argument("--force", action="store_true", help="discard unexported overlay work")
+    add = verbs.add_parser("add", help="bring upstream files into the overlay to edit them")
+    add.add_argument("paths", nargs="+", metavar="PATH", help="e.g. torch/distributed/...py")
+    verbs.add_parser("export", help="write the overlay's commits back to patches/")
+    verbs.add_parser("check", help="series applies, nothing unexported, messages upstream-ready")
+    run = verbs.add_parser("run", help="run a command with the overlay active")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS…]")
+    verbs.add_parser("activate", help="make the overlay the venv's default")
+    verbs.add_parser("deactivate", help="undo activate")
+    verbs.add_parser("status", help="base, active patches, held-back patches, overlaid modules")
+    verify = verbs.add_parser("verify", help="every reproducer on stock torch and the overlay")
+    verify.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    args = parser.parse_args(argv)
+
+    try:
+        repo = (args.repo or find_repo()).resolve()
+        return dispatch(repo, args)
+    except OverlayError as error:
+        print(f"torch-overlay {args.verb}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def dispatch(repo: Path, args: argparse.Namespace) -> int:
+    if args.verb == "sync":
+        from tools.sync import sync
+
+        count = sync(repo, force=args.force)
+        print(f"torch_overlay/ materialized: base + {count} patch commit(s)")
+    elif args.verb == "add":
+        from tools.add import add
+
+        for path in add(repo, args.paths) or ["(nothing new: already in the base)"]:
+            print(f"added {path}")
+    elif args.verb == "export":
+        from tools.export import export
+
+        print("\n".join(export(repo)) or "patches/ is up to date")
+    elif args.verb == "check":
+        from tools.check import check
+
+        problems = check(repo)
+        for problem in problems:
+            print(problem)
+        print(f"check: {len(problems)} problem(s)" if problems else "check: ok")
+        return 1 if problems else 0
+    elif args.verb == "run":
+        from tools.run import run
+
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        return run(repo, command)
+    elif args.verb == "activate":
+        from tools.activate import activate
+
+        plan = activate(repo)
+        print(f"activated: {plan.summary()}; re-run activate after editing torch_overlay/")
+    elif args.verb == "deactivate":
+        from tools.activate import deactivate
+
+        print("deactivated" if deactivate(repo) else "was not active")
+    elif args.verb == "status":
+        from tools.status import status
+
+        print(status(repo), end="")
+    elif args.verb == "verify":
+        from tools.verify import verify
+
+        return verify(repo, args.out or repo / "reports")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The registry of reproducers that `torch-overlay verify` runs on stock torch and with the
+overlay: one per bug the series fixes.
+
+Add one in a module of this package (modules must not import torch at import time, so that
+listing the registry stays cheap)::
+
+    @reproducer(
+        bug="P(sum).fill_(1.5) keeps Partial",
+        upstream="pytorch/pytorch#NNN",
+        patch="[DTensor] subject of the patch that fixes it",
+    )
+    def fill_keeps_partial() -> Outcome:
+        ...
+        return Outcome(ok=value == truth, detail=f"value {value}, truth {truth}")
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool  # the result matches the plain-tensor ground truth
+    detail: str  # values vs truth, placements, collective counts
+
+
+@dataclass(frozen=True)
+class Reproducer:
+    name: str
+    bug: str
+    upstream: str
+    patch: str  # subject of the patch that fixes it
+    run: Callable[[], Outcome]
+
+
+REGISTRY: dict[str, Reproducer] = {}
+
+
+def reproducer(*, bug: str, upstream: str, patch: str):
+    def register(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
+        REGISTRY[fn.__name__] = Reproducer(fn.__name__, bug, upstream, patch, fn)
+        return fn
+
+    return register
+
+
+def load_all() -> dict[str, Reproducer]:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    return REGISTRY

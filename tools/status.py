@@ -1,0 +1,55 @@
+"""`torch-overlay status`: the base, where the overlay is active, which patches are active on
+this wheel and which need a source build, and which modules are overlaid."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tools import overlay_repo
+from tools.activate import ACTIVE_DIR, pth_path
+from tools.active import ENV_VAR, materialize
+from tools.base import OVERLAY_DIR, installed_torch, read_pin, read_series
+
+
+def status(repo: Path) -> str:
+    pin = read_pin(repo)
+    torch = installed_torch()
+    public = torch.version.split("+", 1)[0]
+    matches = public == pin.version and torch.git_version == pin.git_version
+    lines = [
+        f"base: torch {pin.version} (git {pin.git_version[:12]}), "
+        f"{len(read_series(repo))} patch(es) in patches/series",
+        f"installed: torch {torch.version} (git {torch.git_version[:12]}): "
+        + ("matches the base" if matches else "DOES NOT match the base"),
+    ]
+    overlay = repo / OVERLAY_DIR
+    if not overlay_repo.exists(overlay):
+        return "\n".join([*lines, "overlay: not materialized; run: torch-overlay sync"]) + "\n"
+    edits = overlay_repo.uncommitted(overlay)
+    lines.append(
+        f"overlay: {OVERLAY_DIR}/, "
+        + (f"{len(edits)} uncommitted edit(s)" if edits else "no uncommitted edits")
+    )
+    lines.append("venv: " + ("activated (" + pth_path().name + ")" if pth_path().exists()
+                             else "not activated"))  # fmt: skip
+    if os.environ.get(ENV_VAR):
+        lines.append("this process: started by torch-overlay run")
+    if not matches:
+        return "\n".join(lines) + "\n"
+    with tempfile.TemporaryDirectory() as scratch:
+        plan = materialize(repo, Path(scratch) / "tree")
+    lines.append("patches:")
+    for commit in overlay_repo.commits(overlay):
+        state = "held back" if commit.needs_build else "active"
+        lines.append(f"  {state:<9}  {commit.subject}")
+        if commit.needs_build:
+            lines.append(f"             needs a source build ({commit.needs_build})")
+    if not plan.active and not plan.held_back:
+        lines.append("  (none: the series is empty)")
+    lines.append("overlaid modules:" if plan.modules else "overlaid modules: none")
+    lines += [f"  {module}" for module in plan.modules]
+    if pth_path().exists() and (repo / ACTIVE_DIR).exists():
+        lines.append(f"(the venv uses {ACTIVE_DIR}/ as of the last activate)")
+    return "\n".join(lines) + "\n"
