@@ -12,6 +12,7 @@ setup(
     package_data={"tools": ["boot/*.py", "boot/run/*.py"]},
     install_requires=[
         "torch==2.15.0",  # the pinned base: patches/base.json records its git sha and files
+        "numpy==2.4.6",  # torch warns at import without it
         "expecttest==0.3.0",
         "pytest==9.2.0",
         "ghstack==0.18.0",

@@ -120,7 +120,7 @@ def render_patches(overlay: Path) -> list[tuple[str, bytes]]:
     base = base_commit(overlay)
     with tempfile.TemporaryDirectory() as out:
         names = git(
-            "format-patch", "-q", "-N", "--no-signature", "--zero-commit", "--full-index",
+            "format-patch", "-N", "--no-signature", "--zero-commit", "--full-index",
             "-o", out, f"{base}..HEAD", cwd=overlay,
         ).split()  # fmt: skip
         return [(Path(name).name, Path(name).read_bytes()) for name in names]

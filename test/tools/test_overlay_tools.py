@@ -1,0 +1,287 @@
+# Owner(s): ["module: tools"]
+"""The overlay toolchain against the real installed wheel, in temporary project directories."""
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+from tools import overlay_repo
+from tools.active import environment, materialize
+from tools.activate import pth_path
+from tools.add import add
+from tools.base import (
+    PIN_FILE,
+    SERIES_FILE,
+    SERIES_HEADER,
+    OverlayError,
+    git,
+    installed_torch,
+    sha256,
+)
+from tools.check import check, message_problems
+from tools.export import export
+from tools.status import status
+from tools.sync import sync
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TARGET = "torch/distributed/pipelining/_backward.py"
+MODULE = "torch.distributed.pipelining._backward"
+GOOD_MESSAGE = """[pipelining] Add a marker
+
+Summary:
+The marker shows which copy of the module was imported. Root cause: none, it is a probe.
+
+Test Plan:
+python test/distributed/test_probe.py
+"""
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file below root (except git internals, which git status may refresh)."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+class OverlayProject:
+    """A scratch project: the real base record with an empty series, then a marker patch."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        (root / "patches").mkdir()
+        pin = json.loads((REPO_ROOT / PIN_FILE).read_text())
+        pin["files"] = {}
+        (root / PIN_FILE).write_text(json.dumps(pin, indent=2) + "\n")
+        (root / SERIES_FILE).write_text(SERIES_HEADER)
+        (root / "test/distributed").mkdir(parents=True)
+        (root / "test/distributed/test_probe.py").write_text("")
+        self.overlay = root / "torch_overlay"
+
+    def commit_edit(self, path: str, old: str, new: str, message: str) -> None:
+        add(self.root, [path])
+        file = self.overlay / path
+        file.write_text(file.read_text().replace(old, new, 1))
+        git("commit", "-q", "-a", "-m", message, cwd=self.overlay)
+
+    def state(self) -> tuple:
+        head = git("rev-parse", "HEAD", cwd=self.overlay) if self.overlay.exists() else ""
+        return head, snapshot(self.overlay), snapshot(self.root / "patches")
+
+
+class OverlayToolsTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        self.tmp = Path(tempfile.mkdtemp(prefix="overlay-test-"))
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.project = OverlayProject(self.tmp)
+        sync(self.tmp)
+        self.project.commit_edit(TARGET, "import collections", 'OVERLAY_MARKER = "hello"\nimport collections', GOOD_MESSAGE)
+
+    def test_sync_export_round_trip_is_byte_stable(self):
+        self.assertEqual(
+            export(self.tmp),
+            ["wrote patches/0001-pipelining-Add-a-marker.patch", f"wrote {SERIES_FILE}",
+             "wrote patches/base.json"],
+        )  # fmt: skip
+        pin = json.loads((self.tmp / PIN_FILE).read_text())
+        wheel_copy = (installed_torch().site / TARGET).read_bytes()
+        self.assertEqual(pin["files"], {TARGET: sha256(wheel_copy)})
+        exported = snapshot(self.tmp / "patches")
+        self.assertEqual(sync(self.tmp), 1)
+        self.assertEqual(export(self.tmp), [])
+        self.assertEqual(snapshot(self.tmp / "patches"), exported)
+        self.assertIn("OVERLAY_MARKER", (self.project.overlay / TARGET).read_text())
+        self.assertEqual(check(self.tmp), [])
+        # A second sync is a no-op on content (idempotent).
+        sync(self.tmp)
+        self.assertEqual(snapshot(self.tmp / "patches"), exported)
+
+    def assert_refused_untouched(self, pattern: str, force: bool = False) -> None:
+        before = self.project.state()
+        with self.assertRaisesRegex(OverlayError, pattern):
+            sync(self.tmp, force=force)
+        self.assertEqual(self.project.state(), before)
+        self.assertEqual([p.name for p in self.tmp.glob(".torch_overlay.*")], [])
+
+    def test_refuses_wrong_torch_version(self):
+        export(self.tmp)
+        pin = json.loads((self.tmp / PIN_FILE).read_text())
+        pin["torch_version"] = "2.14.1"
+        (self.tmp / PIN_FILE).write_text(json.dumps(pin))
+        self.assert_refused_untouched(r"pinned to torch 2\.14\.1")
+
+    def test_refuses_drifted_base_file(self):
+        export(self.tmp)
+        pin = json.loads((self.tmp / PIN_FILE).read_text())
+        pin["files"][TARGET] = "0" * 64
+        (self.tmp / PIN_FILE).write_text(json.dumps(pin))
+        self.assert_refused_untouched(f"base file {TARGET} drifted", force=True)
+
+    def test_refuses_patch_that_does_not_apply(self):
+        export(self.tmp)
+        (patch,) = self.tmp.glob("patches/0001-*.patch")
+        text = patch.read_text()
+        self.assertIn(" # Copyright (c) Meta", text)  # a context line of the hunk
+        patch.write_text(text.replace(" # Copyright (c) Meta", " # Copyright (c) Someone"))
+        self.assert_refused_untouched("0001-pipelining-Add-a-marker.patch does not apply", force=True)
+        self.assertTrue(any("does not apply" in p for p in self.check_problems()))
+
+    def check_problems(self) -> list[str]:
+        try:
+            return check(self.tmp)
+        except OverlayError as error:
+            return [str(error)]
+
+    def test_refuses_dirty_overlay(self):
+        export(self.tmp)
+        (self.project.overlay / TARGET).write_text("edited\n")
+        self.assert_refused_untouched("uncommitted edit")
+        git("checkout", TARGET, cwd=self.project.overlay)
+        self.project.commit_edit(TARGET, "OVERLAY_MARKER", "OVERLAY_MARKER_2", "[x] y")
+        self.assert_refused_untouched("run torch-overlay export")
+        self.assertTrue(any("differs from its overlay commit" in p or "differ from patches/series" in p
+                            for p in check(self.tmp)))  # fmt: skip
+
+    def test_check_reads_messages_like_upstream_prs(self):
+        def problems(message: str) -> list[str]:
+            subject, _, body = message.partition("\n\n")
+            text = f"Subject: [PATCH] {subject}\n\n{body}\n---\n diff\n".encode()
+            return message_problems(self.tmp, "p.patch", text)
+
+        subject, _, body = GOOD_MESSAGE.partition("\n\n")
+        self.assertEqual(problems(f"{subject}\n\n{body}\nFixes #180486\n"), [])
+        self.assertExpectedInline(
+            "\n".join(problems("Add a marker\n\nFixes: the bug\n")),
+            """\
+p.patch: subject 'Add a marker' should read '[Area] title', e.g. '[DTensor] …'
+p.patch: no 'Summary:' section (problem, root cause, fix)
+p.patch: 'Test Plan:' must name the command that runs this repo's test
+p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
+        )
+        self.assertEqual(
+            problems(f"{subject}\n\n{body.replace('test_probe', 'test_missing')}"),
+            ["p.patch: Test Plan names test/distributed/test_missing.py, which is not in this repo"],
+        )
+
+    def test_status_holds_back_patches_that_need_a_source_build(self):
+        header = "torch/csrc/autograd/utils/grad_layout_contract.h"
+        self.project.commit_edit(
+            header, "namespace torch::autograd::utils {", "namespace torch::autograd::utils {\n// edited",
+            "[autograd] C++ change",
+        )  # fmt: skip
+        self.project.commit_edit(
+            "torch/distributed/pipelining/_utils.py", "import logging", "import logging  # edited",
+            "[pipelining] Python change that relies on the C++ one\n\n"
+            "Requires-Source-Build: relies on the grad_layout_contract.h change",
+        )  # fmt: skip
+        self.assertExpectedInline(
+            status(self.tmp),
+            """\
+base: torch 2.15.0 (git d0f2af8b66b2), 0 patch(es) in patches/series
+installed: torch 2.15.0+cu132 (git d0f2af8b66b2): matches the base
+overlay: torch_overlay/, no uncommitted edits
+venv: not activated
+patches:
+  active     [pipelining] Add a marker
+  held back  [autograd] C++ change
+             needs a source build (touches C++: torch/csrc/autograd/utils/grad_layout_contract.h)
+  held back  [pipelining] Python change that relies on the C++ one
+             needs a source build (Requires-Source-Build: relies on the grad_layout_contract.h change)
+overlaid modules:
+  torch.distributed.pipelining._backward
+""",
+        )
+        # Uncommitted edits are part of what `run` activates.
+        target = self.project.overlay / TARGET
+        target.write_text(target.read_text().replace('"hello"', '"edited"'))
+        plan = materialize(self.tmp, self.tmp / "tree")
+        self.assertEqual(plan.modules, [MODULE])
+        self.assertIn('OVERLAY_MARKER = "edited"', (self.tmp / "tree" / TARGET).read_text())
+
+
+PROBE = """\
+import multiprocessing as mp
+import sys
+import {module} as m
+
+def child(queue):
+    import {module} as m
+    queue.put(getattr(m, "OVERLAY_MARKER", None))
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    print("process", getattr(m, "OVERLAY_MARKER", None), "child", queue.get(), flush=True)
+    proc.join()
+""".format(module=MODULE)
+
+
+class OverlayActivationTest(TestCase):
+    """`run` and `activate` in real child processes (each imports torch: a few seconds)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = Path(tempfile.mkdtemp(prefix="overlay-run-test-"))
+        cls.project = OverlayProject(cls.tmp)
+        sync(cls.tmp)
+        cls.project.commit_edit(TARGET, "import collections", 'OVERLAY_MARKER = "hello"\nimport collections', GOOD_MESSAGE)
+        (cls.tmp / "probe.py").write_text(PROBE)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+        super().tearDownClass()
+
+    def cli(self, *args: str, python: str = sys.executable, env=None) -> str:
+        proc = subprocess.run(
+            [python, "-m", "tools.cli", "--repo", str(self.tmp), *args],
+            cwd=REPO_ROOT, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def test_run_shadows_in_torchrun_worker_and_spawned_child(self):
+        torchrun = str(Path(sys.executable).parent / "torchrun")
+        out = self.cli("run", "--", torchrun, "--standalone", "--nproc-per-node", "1",
+                       str(self.tmp / "probe.py"))  # fmt: skip
+        self.assertIn("process hello child hello", out)
+        stock = subprocess.run(
+            [sys.executable, str(self.tmp / "probe.py")],
+            capture_output=True, text=True, env=environment(None), check=True,
+        )  # fmt: skip
+        self.assertIn("process None child None", stock.stdout)
+
+    def test_activate_then_deactivate_leaves_the_venv_as_before(self):
+        venv = self.tmp / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        site = Path(subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip())  # fmt: skip
+        # Let the scratch venv see this venv's torch, as a venv with torch installed would.
+        (site / "base_site.pth").write_text(str(Path(pth_path()).parent) + "\n")
+        before = snapshot(venv)
+        env = {k: v for k, v in environment(None).items() if k != "TORCH_OVERLAY_ACTIVE"}
+        env["PYTHONPATH"] = str(REPO_ROOT)  # no run hook: only the .pth may activate it
+        self.assertIn("activated: 1 patch(es) active", self.cli("activate", python=python, env=env))
+        self.assertIn("venv: activated", self.cli("status", python=python, env=env))
+        probe = subprocess.run([python, str(self.tmp / "probe.py")], capture_output=True,
+                               text=True, env=env, check=True)  # fmt: skip
+        self.assertIn("process hello child hello", probe.stdout)
+        self.assertIn("deactivated", self.cli("deactivate", python=python, env=env))
+        self.assertEqual(snapshot(venv), before)
+        self.assertFalse((self.tmp / ".overlay-active").exists())
+
+
+if __name__ == "__main__":
+    run_tests()
