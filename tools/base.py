@@ -19,7 +19,9 @@ from pathlib import Path
 
 PIN_FILE = Path("patches/base.json")
 SERIES_FILE = Path("patches/series")
-SERIES_HEADER = "# One patch file per upstream PR, applied in this order (torch-overlay export writes it).\n"
+SERIES_HEADER = (
+    "# One patch file per upstream PR, applied in this order (torch-overlay export writes it).\n"
+)
 OVERLAY_DIR = "torch_overlay"
 PATCH_GLOB = "*.patch"
 

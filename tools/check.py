@@ -14,7 +14,9 @@ from tools.base import OVERLAY_DIR, check_installed, installed_torch, read_pin, 
 from tools.export import pending
 
 SUBJECT = re.compile(r"^(\[[A-Za-z][^\]]*\])+ \S")
-FIXES = re.compile(r"^Fixes (#\d+|pytorch/pytorch#\d+|https://github\.com/pytorch/pytorch/issues/\d+)$")
+FIXES = re.compile(
+    r"^Fixes (#\d+|pytorch/pytorch#\d+|https://github\.com/pytorch/pytorch/issues/\d+)$"
+)
 TEST_COMMAND = re.compile(r"(?:python|pytest)\S*\s+(?:-m pytest\s+)?(test/\S+\.py)")
 
 
@@ -30,7 +32,9 @@ def message_problems(repo: Path, name: str, text: bytes) -> list[str]:
     subject, body = patch_message(text)
     problems = []
     if not SUBJECT.match(subject):
-        problems.append(f"{name}: subject {subject!r} should read '[Area] title', e.g. '[DTensor] …'")
+        problems.append(
+            f"{name}: subject {subject!r} should read '[Area] title', e.g. '[DTensor] …'"
+        )
     summary = re.search(r"^Summary:(.*?)(?:^Test Plan:|\Z)", body, re.M | re.S)
     if not summary or not summary.group(1).strip():
         problems.append(f"{name}: no 'Summary:' section (problem, root cause, fix)")

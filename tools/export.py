@@ -42,9 +42,13 @@ def pending(repo: Path) -> list[str]:
     for name, text in patches:
         path = repo / "patches" / name
         if not path.exists() or path.read_bytes() != text:
-            problems.append(f"patches/{name} differs from its overlay commit; run torch-overlay export")
+            problems.append(
+                f"patches/{name} differs from its overlay commit; run torch-overlay export"
+            )
     if pin != read_pin(repo):
-        problems.append("patches/base.json differs from the overlay's base files; run torch-overlay export")
+        problems.append(
+            "patches/base.json differs from the overlay's base files; run torch-overlay export"
+        )
     return problems
 
 
@@ -55,7 +59,8 @@ def export(repo: Path) -> list[str]:
     dirty = overlay_repo.uncommitted(overlay)
     if dirty:
         raise OverlayError(
-            f"{OVERLAY_DIR}/ has uncommitted edits; commit them there first:\n  " + "\n  ".join(dirty)
+            f"{OVERLAY_DIR}/ has uncommitted edits; commit them there first:\n  "
+            + "\n  ".join(dirty)
         )
     patches, pin = planned(repo)
     patch_dir = repo / "patches"

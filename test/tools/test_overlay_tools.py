@@ -10,9 +10,8 @@ from pathlib import Path
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-from tools import overlay_repo
-from tools.active import environment, materialize
 from tools.activate import pth_path
+from tools.active import environment, materialize
 from tools.add import add
 from tools.base import (
     PIN_FILE,
@@ -25,6 +24,7 @@ from tools.base import (
 )
 from tools.check import check, message_problems
 from tools.export import export
+from tools.lint_patches import lint
 from tools.status import status
 from tools.sync import sync
 
@@ -82,7 +82,12 @@ class OverlayToolsTest(TestCase):
         self.addCleanup(shutil.rmtree, self.tmp)
         self.project = OverlayProject(self.tmp)
         sync(self.tmp)
-        self.project.commit_edit(TARGET, "import collections", 'OVERLAY_MARKER = "hello"\nimport collections', GOOD_MESSAGE)
+        self.project.commit_edit(
+            TARGET,
+            "import collections",
+            'OVERLAY_MARKER = "hello"\nimport collections',
+            GOOD_MESSAGE,
+        )
 
     def test_sync_export_round_trip_is_byte_stable(self):
         self.assertEqual(
@@ -130,7 +135,9 @@ class OverlayToolsTest(TestCase):
         text = patch.read_text()
         self.assertIn(" # Copyright (c) Meta", text)  # a context line of the hunk
         patch.write_text(text.replace(" # Copyright (c) Meta", " # Copyright (c) Someone"))
-        self.assert_refused_untouched("0001-pipelining-Add-a-marker.patch does not apply", force=True)
+        self.assert_refused_untouched(
+            "0001-pipelining-Add-a-marker.patch does not apply", force=True
+        )
         self.assertTrue(any("does not apply" in p for p in self.check_problems()))
 
     def check_problems(self) -> list[str]:
@@ -167,7 +174,29 @@ p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
         )
         self.assertEqual(
             problems(f"{subject}\n\n{body.replace('test_probe', 'test_missing')}"),
-            ["p.patch: Test Plan names test/distributed/test_missing.py, which is not in this repo"],
+            [
+                "p.patch: Test Plan names test/distributed/test_missing.py, which is not in this repo"
+            ],
+        )
+
+    def test_lint_adapter_flags_unformatted_cpp_and_non_applying_patches(self):
+        clang_format = str(Path(sys.executable).parent / "clang-format")
+        self.project.commit_edit(
+            "torch/csrc/autograd/utils/grad_layout_contract.h",
+            "namespace torch::autograd::utils {",
+            "namespace torch::autograd::utils {\ninline int  answer( ) {return 42;}",
+            "[autograd] Badly formatted",
+        )  # fmt: skip
+        export(self.tmp)
+        (message,) = [json.loads(line) for line in lint(self.tmp, clang_format)]
+        self.assertEqual((message["code"], message["path"]),
+                         ("CLANGFORMAT", "patches/0002-autograd-Badly-formatted.patch"))  # fmt: skip
+        self.assertIn("+inline int answer() {", message["description"])
+        (patch,) = self.tmp.glob("patches/0001-*.patch")
+        patch.write_text(patch.read_text().replace(" # Copyright (c) Meta", " # Copyright (c) X"))
+        (message,) = [json.loads(line) for line in lint(self.tmp, clang_format)]
+        self.assertEqual(
+            (message["code"], message["path"]), ("PATCHAPPLY", f"patches/{patch.name}")
         )
 
     def test_status_holds_back_patches_that_need_a_source_build(self):
@@ -206,13 +235,13 @@ overlaid modules:
         self.assertIn('OVERLAY_MARKER = "edited"', (self.tmp / "tree" / TARGET).read_text())
 
 
-PROBE = """\
+PROBE = f"""\
 import multiprocessing as mp
 import sys
-import {module} as m
+import {MODULE} as m
 
 def child(queue):
-    import {module} as m
+    import {MODULE} as m
     queue.put(getattr(m, "OVERLAY_MARKER", None))
 
 if __name__ == "__main__":
@@ -222,7 +251,7 @@ if __name__ == "__main__":
     proc.start()
     print("process", getattr(m, "OVERLAY_MARKER", None), "child", queue.get(), flush=True)
     proc.join()
-""".format(module=MODULE)
+"""
 
 
 class OverlayActivationTest(TestCase):
@@ -234,7 +263,12 @@ class OverlayActivationTest(TestCase):
         cls.tmp = Path(tempfile.mkdtemp(prefix="overlay-run-test-"))
         cls.project = OverlayProject(cls.tmp)
         sync(cls.tmp)
-        cls.project.commit_edit(TARGET, "import collections", 'OVERLAY_MARKER = "hello"\nimport collections', GOOD_MESSAGE)
+        cls.project.commit_edit(
+            TARGET,
+            "import collections",
+            'OVERLAY_MARKER = "hello"\nimport collections',
+            GOOD_MESSAGE,
+        )
         (cls.tmp / "probe.py").write_text(PROBE)
 
     @classmethod
