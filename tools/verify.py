@@ -32,8 +32,10 @@ def run_reproducers(repo: Path, tree: Path | None) -> dict[str, dict]:
     return results
 
 
-def cell(result: dict) -> str:
-    return ("ok: " if result["ok"] else "WRONG: ") + result["detail"]
+def cell(result: dict, width: int = 160) -> str:
+    detail = result["detail"]
+    detail = detail if len(detail) <= width else detail[: width - 1] + "…"
+    return ("ok: " if result["ok"] else "WRONG: ") + detail
 
 
 def verify(repo: Path, out_dir: Path) -> int:

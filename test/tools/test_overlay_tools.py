@@ -1,17 +1,20 @@
 # Owner(s): ["module: tools"]
 """The overlay toolchain against the real installed wheel, in temporary project directories."""
 
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 from tools.activate import pth_path
-from tools.active import environment, materialize
+from tools.active import ENV_VAR, environment, materialize
 from tools.add import add
 from tools.base import (
     PIN_FILE,
@@ -27,6 +30,7 @@ from tools.export import export
 from tools.lint_patches import lint
 from tools.status import status
 from tools.sync import sync
+from tools.verify import verify
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGET = "torch/distributed/pipelining/_backward.py"
@@ -210,8 +214,10 @@ p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
             "[pipelining] Python change that relies on the C++ one\n\n"
             "Requires-Source-Build: relies on the grad_layout_contract.h change",
         )  # fmt: skip
+        with mock.patch.dict(os.environ, {ENV_VAR: ""}):  # as if not started by `run`
+            text = status(self.tmp)
         self.assertExpectedInline(
-            status(self.tmp),
+            text,
             """\
 base: torch 2.15.0 (git d0f2af8b66b2), 0 patch(es) in patches/series
 installed: torch 2.15.0+cu132 (git d0f2af8b66b2): matches the base
@@ -294,6 +300,17 @@ class OverlayActivationTest(TestCase):
             capture_output=True, text=True, env=environment(None), check=True,
         )  # fmt: skip
         self.assertIn("process None child None", stock.stdout)
+
+    def test_verify_fails_when_the_overlay_does_not_fix_a_reproducer(self):
+        # This scratch series lacks the project's fixes, so every reproducer stays wrong.
+        with mock.patch("sys.stdout", new_callable=io.StringIO) as out:
+            self.assertEqual(verify(self.tmp, self.tmp / "reports"), 1)
+        rows = json.loads((self.tmp / "reports" / "verify.json").read_text())
+        self.assertGreater(len(rows), 0)
+        self.assertEqual({row["verdict"] for row in rows}, {"FAIL"})
+        self.assertTrue(all(row["stock_shows_bug"] for row in rows))
+        self.assertIn(f"0 of {len(rows)} reproducer(s) pass", out.getvalue())
+        self.assertTrue((self.tmp / "reports" / "verify.md").read_text().startswith("| bug |"))
 
     def test_activate_then_deactivate_leaves_the_venv_as_before(self):
         venv = self.tmp / "venv"
