@@ -13,6 +13,7 @@ setup(
     install_requires=[
         "torch==2.15.0",  # the pinned base: patches/base.json records its git sha and files
         "numpy==2.4.6",  # torch warns at import without it
+        "ninja==1.13.2",  # torch.utils.cpp_extension builds the layout-contract test with it
         "expecttest==0.3.0",
         "pytest==9.2.0",
         "ghstack==0.18.0",

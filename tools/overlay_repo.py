@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,10 +101,11 @@ def commits(overlay: Path) -> list[Commit]:
         files = tuple(
             git("diff-tree", "--no-commit-id", "--name-only", "-r", sha, cwd=overlay).split()
         )
-        trailer = git(
-            "log", "-1", f"--format=%(trailers:key={NEEDS_BUILD_TRAILER},valueonly)", sha,
-            cwd=overlay,
-        ).strip()  # fmt: skip
+        # Read as a plain "Key: value" line: git's trailer parsing only looks at the
+        # last paragraph, and a disclosure line after it would hide the trailer.
+        message = git("log", "-1", "--format=%B", sha, cwd=overlay)
+        found = re.search(rf"^{NEEDS_BUILD_TRAILER}:\s*(.+)$", message, re.M)
+        trailer = found.group(1).strip() if found else ""
         cpp = [f for f in files if not f.endswith(PYTHON_SUFFIXES)]
         if cpp:
             reason = "touches C++: " + ", ".join(cpp)

@@ -70,9 +70,12 @@ def verify(repo: Path, out_dir: Path) -> int:
     (out_dir / "verify.json").write_text(json.dumps(rows, indent=2) + "\n")
     print("\n".join(table))
     failed = [r["name"] for r in rows if r["verdict"] == "FAIL"]
+    passed = [r["name"] for r in rows if r["verdict"] == "PASS"]
     unshown = [r["name"] for r in rows if not r["stock_shows_bug"]]
     if unshown:
         print(f"note: stock torch did not show the bug in: {', '.join(unshown)}")
-    print(f"{len(rows) - len(failed)} of {len(rows)} reproducer(s) pass with the overlay; "
+    skipped = len(rows) - len(passed) - len(failed)
+    print(f"{len(passed)} of {len(rows)} reproducer(s) pass with the overlay, {len(failed)} fail, "
+          f"{skipped} skipped (fix needs a source build); "
           f"report written to {out_dir}/verify.md and verify.json")  # fmt: skip
     return 1 if failed else 0

@@ -212,7 +212,8 @@ p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
         self.project.commit_edit(
             "torch/distributed/pipelining/_utils.py", "import logging", "import logging  # edited",
             "[pipelining] Python change that relies on the C++ one\n\n"
-            "Requires-Source-Build: relies on the grad_layout_contract.h change",
+            "Requires-Source-Build: relies on the grad_layout_contract.h change\n\n"
+            "A paragraph after the trailer must not hide it.",
         )  # fmt: skip
         with mock.patch.dict(os.environ, {ENV_VAR: ""}):  # as if not started by `run`
             text = status(self.tmp)
@@ -309,7 +310,10 @@ class OverlayActivationTest(TestCase):
         self.assertGreater(len(rows), 0)
         self.assertEqual({row["verdict"] for row in rows}, {"FAIL"})
         self.assertTrue(all(row["stock_shows_bug"] for row in rows))
-        self.assertIn(f"0 of {len(rows)} reproducer(s) pass", out.getvalue())
+        self.assertIn(
+            f"0 of {len(rows)} reproducer(s) pass with the overlay, {len(rows)} fail",
+            out.getvalue(),
+        )
         self.assertTrue((self.tmp / "reports" / "verify.md").read_text().startswith("| bug |"))
 
     def test_activate_then_deactivate_leaves_the_venv_as_before(self):

@@ -84,3 +84,70 @@ def partial_product_zero_raises() -> Outcome:
         f"full_tensor {value} (truth [0.0, 0.0]), {dt.placements[0]}, "
         f"{comm.get_total_counts()} collectives",
     )
+
+
+@reproducer(
+    bug="P(sum).new_empty(shape).fill_(1.0) reads back as world_size",
+    upstream="pytorch/pytorch#180486 (workaround #180511)",
+    patch="[DTensor] new_empty of a Partial DTensor gives a Replicate buffer again",
+)
+def partial_new_empty_inherits_pending_sum() -> Outcome:
+    import torch
+
+    dt, mode = two_rank_partial("sum", lambda r: torch.tensor([1.0 + r, 2.0]))
+    with mode:
+        buffer = dt.new_empty((2,))
+        buffer.fill_(1.0)
+    value = full_value(buffer, mode)
+    return Outcome(
+        value == [1.0, 1.0], f"full_tensor {value} (truth [1.0, 1.0]), {buffer.placements[0]}"
+    )
+
+
+@reproducer(
+    bug="Partial transposed grad of a Replicate param is all-reduced in AccumulateGrad "
+    "(new_empty_strided without the DTensor workaround)",
+    upstream="pytorch/pytorch#180486",
+    patch="[autograd] clone_obey_contract: a single clone when the parameter has standard strides",
+)
+def accumulate_grad_reduces_partial_grad() -> Outcome:
+    import torch
+    from torch.distributed.tensor import Partial, Replicate, distribute_tensor
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+    from torch.distributed.tensor._ops._tensor_ops import new_factory_single_dim_strategy
+    from torch.distributed.tensor.debug import CommDebugMode, _clear_sharding_prop_cache
+    from torch.distributed.tensor.experimental._context_parallel._sharding_rules import (
+        _single_dim_strategy_context,
+    )
+
+    aten = torch.ops.aten
+
+    def like_new_zeros(op, args_schema, kwargs_schema):  # Partial input -> Replicate output
+        return new_factory_single_dim_strategy(aten.new_zeros.default, args_schema, kwargs_schema)
+
+    dt, mode = two_rank_partial("sum", lambda r: torch.arange(6.0).reshape(3, 2).mul(r + 1).t())
+    grad = dt
+    with mode:
+        weight = torch.nn.Parameter(
+            distribute_tensor(torch.zeros(2, 3), dt.device_mesh, [Replicate()])
+        )
+    _clear_sharding_prop_cache()
+    comm = CommDebugMode()
+    try:
+        with (
+            _single_dim_strategy_context(
+                aten.new_empty_strided.default, like_new_zeros, RuntimeSchemaInfo(1, ["dtype"])
+            ),
+            mode,
+            comm,
+        ):
+            torch.autograd.backward(weight, grad)
+    finally:
+        _clear_sharding_prop_cache()
+    placement = weight.grad.placements[0]
+    value = full_value(weight.grad, mode)
+    truth = (torch.arange(6.0).reshape(3, 2).t() * 3).tolist()
+    ok = value == truth and placement == Partial("sum") and comm.get_total_counts() == 0
+    return Outcome(
+        ok, f"grad {placement}, {comm.get_total_counts()} collectives, value ok: {value == truth}"
+    )
