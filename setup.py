@@ -17,6 +17,7 @@ setup(
         "expecttest==0.3.0",
         "pytest==9.2.0",
         "ghstack==0.18.0",
+        "graphql-core==3.3.2",  # ghstack's offline fake GitHub, for the stack rehearsal
         "lintrunner==0.13.1",
         "lintrunner-adapters==0.14.1",
         "ruff==0.17.6",

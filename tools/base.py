@@ -158,18 +158,32 @@ def read_base_file(pin: Pin, torch: InstalledTorch, source_path: str) -> bytes:
     return data
 
 
-def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> str:
-    return git_bytes(*args, cwd=cwd, check=check, env=env).decode(errors="replace")
+def git(
+    *args: str,
+    cwd: Path,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    fixed_identity: bool = True,
+) -> str:
+    return git_bytes(*args, cwd=cwd, check=check, env=env, fixed_identity=fixed_identity).decode(
+        errors="replace"
+    )
 
 
 def git_bytes(
-    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    fixed_identity: bool = True,
 ) -> bytes:
+    """Run git; ``fixed_identity`` uses the overlay's reproducible identity and dates (off for
+    commits in a user's own checkout)."""
     proc = subprocess.run(
         ["git", *GIT_CONFIG, *args],
         cwd=cwd,
         capture_output=True,
-        env={**os.environ, **GIT_ENV, **(env or {})},
+        env={**os.environ, **(GIT_ENV if fixed_identity else {}), **(env or {})},
     )
     if check and proc.returncode != 0:
         message = (proc.stderr or proc.stdout).decode(errors="replace").strip()

@@ -29,6 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     verbs.add_parser("status", help="base, active patches, held-back patches, overlaid modules")
     verify = verbs.add_parser("verify", help="every reproducer on stock torch and the overlay")
     verify.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    for verb, text in (
+        ("build", "apply the series as a branch of a PyTorch checkout and build it with CUDA"),
+        ("stack", "prepare that branch for ghstack submit, with an offline rehearsal"),
+    ):
+        sub = verbs.add_parser(verb, help=text)
+        sub.add_argument("--pytorch-src", type=Path, required=True, metavar="DIR")
+        sub.add_argument("--branch", help="branch to create (default: torch-overlay/VERSION)")
+        sub.add_argument("--onto-head", action="store_true",
+                         help="start from the checkout's HEAD with a 3-way apply, not the pinned base")  # fmt: skip
+        if verb == "build":
+            sub.add_argument(
+                "--dry-run", action="store_true", help="print the plan, change nothing"
+            )
+            sub.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the local GPUs')")
+            sub.add_argument("--jobs", type=int, help="MAX_JOBS (default: from cores and memory)")
+            sub.add_argument("--python", default=sys.executable, help="Python to build into")
     args = parser.parse_args(argv)
 
     try:
@@ -80,6 +96,17 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         from tools.status import status
 
         print(status(repo), end="")
+    elif args.verb == "build":
+        from tools.build import build
+
+        return build(
+            repo, args.pytorch_src, branch=args.branch, onto_head=args.onto_head,
+            arch=args.arch, jobs=args.jobs, python=args.python, dry_run=args.dry_run,
+        )  # fmt: skip
+    elif args.verb == "stack":
+        from tools.stack import stack
+
+        print(stack(repo, args.pytorch_src, branch=args.branch, onto_head=args.onto_head), end="")
     elif args.verb == "verify":
         from tools.verify import verify
 

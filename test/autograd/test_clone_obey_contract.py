@@ -36,7 +36,9 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "torch_overlay"
 HEADER = "torch/csrc/autograd/utils/grad_layout_contract.h"
-SOURCE = Path(__file__).with_name("cpp") / "clone_obey_contract.cpp"
+SOURCE = Path(__file__).with_suffix(".cpp")
+# In this repo the header comes from the overlay; in a PyTorch checkout, from the source tree.
+INCLUDE_ROOT = OVERLAY if (OVERLAY / HEADER).exists() else REPO
 aten = torch.ops.aten
 
 
@@ -47,7 +49,7 @@ def overlay_extension():
 
     if shutil.which("c++") is None:
         raise SystemExit("no C++ compiler")  # turned into a skip by the caller
-    header = OVERLAY / HEADER
+    header = INCLUDE_ROOT / HEADER
     if not header.exists():
         raise RuntimeError(f"{header} is missing: run `torch-overlay sync` first")
     digest = hashlib.sha256(header.read_bytes() + SOURCE.read_bytes()).hexdigest()[:12]
@@ -56,8 +58,8 @@ def overlay_extension():
     return cpp_extension.load(
         name=f"clone_obey_contract_{digest}",
         sources=[str(SOURCE)],
-        # -I paths come before torch's own include paths, so the overlay header wins.
-        extra_include_paths=[str(OVERLAY)],
+        # -I paths come before torch's own include paths, so this header wins.
+        extra_include_paths=[str(INCLUDE_ROOT)],
         # Hidden inline symbols: calls bind to this library's (patched) copy.
         extra_cflags=["-O1", "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
         build_directory=str(build_dir),

@@ -1,7 +1,7 @@
-// Built by test/autograd/test_clone_obey_contract.py with torch_overlay/ first
-// on the include path, so the overlay's grad_layout_contract.h (and through it
-// accumulate_grad.h's inline AccumulateGrad::accumulateGrad) is compiled here
-// instead of the copy inside libtorch.
+// Built by test_clone_obey_contract.py with the patched source tree (here:
+// torch_overlay/) first on the include path, so its grad_layout_contract.h (and
+// through it accumulate_grad.h's inline AccumulateGrad::accumulateGrad) is
+// compiled here instead of the copy inside the installed libtorch.
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/utils/grad_layout_contract.h>
 #include <torch/extension.h>
