@@ -47,8 +47,6 @@ def overlay_extension():
     """Build (once, cached under build/) and load the extension with the overlay header."""
     from torch.utils import cpp_extension
 
-    if shutil.which("c++") is None:
-        raise SystemExit("no C++ compiler")  # turned into a skip by the caller
     header = INCLUDE_ROOT / HEADER
     if not header.exists():
         raise RuntimeError(f"{header} is missing: run `torch-overlay sync` first")

@@ -151,3 +151,48 @@ def accumulate_grad_reduces_partial_grad() -> Outcome:
     return Outcome(
         ok, f"grad {placement}, {comm.get_total_counts()} collectives, value ok: {value == truth}"
     )
+
+
+CAST_PATCH = (
+    "[DTensor] Keep a pending reduction through dtype casts and view(dtype) only when it commutes"
+)
+
+
+def cast_outcome(reduce_op: str, per_rank: dict, truth: list, cast) -> Outcome:
+    """Cast a Partial DTensor and compare with the reduce-then-cast ground truth."""
+    dt, mode = two_rank_partial(reduce_op, lambda r: per_rank[r])
+    with mode:
+        out = cast(dt)
+    value = full_value(out, mode)
+    return Outcome(value == truth, f"full_tensor {value} (truth {truth}), {out.placements[0]}")
+
+
+@reproducer(bug="P(max) int32 200, 100 .to(int8) keeps Partial", upstream="-", patch=CAST_PATCH)
+def partial_max_narrowing_int_cast() -> Outcome:
+    import torch
+
+    per_rank = {
+        0: torch.tensor([200], dtype=torch.int32),
+        1: torch.tensor([100], dtype=torch.int32),
+    }
+    return cast_outcome("max", per_rank, [-56], lambda t: t.to(torch.int8))
+
+
+@reproducer(
+    bug="P(sum) float .int() under inference_mode keeps Partial", upstream="-", patch=CAST_PATCH
+)
+def partial_sum_int_cast_in_inference_mode() -> Outcome:
+    import torch
+
+    per_rank = {0: torch.tensor([1.5]), 1: torch.tensor([1.5])}
+    with torch.inference_mode():
+        return cast_outcome("sum", per_rank, [3], lambda t: t.int())
+
+
+@reproducer(bug="P(sum) float32 .view(int32) sums bit patterns", upstream="-", patch=CAST_PATCH)
+def partial_sum_view_dtype() -> Outcome:
+    import torch
+
+    per_rank = {0: torch.tensor([1.0]), 1: torch.tensor([2.0])}
+    truth = torch.tensor([3.0]).view(torch.int32).tolist()
+    return cast_outcome("sum", per_rank, truth, lambda t: t.view(torch.int32))

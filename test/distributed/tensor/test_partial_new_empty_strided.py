@@ -4,15 +4,15 @@
 Only correct with the single-clone clone_obey_contract in libtorch (a C++ change): on a
 build without it, autograd's layout-contract path would reduce a Partial gradient. The
 tests therefore run where the running libtorch has that change, and skip on a wheel.
+The #180486 scenario itself (a Partial transposed grad of a Replicate parameter needs no
+collective) is test_partial_new_empty.py's, which passes with either fix in place.
 """
 
 import unittest
 from functools import cache
 
 import torch
-import torch.nn as nn
-from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
-from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorTestBase,
@@ -65,27 +65,6 @@ class DistPartialNewEmptyStridedTest(DTensorTestBase):
         self.assertEqual(buffer.placements, (Replicate(),))
         buffer.fill_(1.5)
         self.assertEqual(buffer.full_tensor(), torch.full((2, 3), 1.5))
-
-    @needs_single_clone
-    @with_comms
-    def test_transposed_partial_grad_of_replicate_param_is_not_reduced(self):
-        # pytorch/pytorch#180486 without DTensor's workaround.
-        mesh = self.build_device_mesh()
-        torch.manual_seed(0)
-        weight = nn.Parameter(distribute_tensor(torch.randn(4, 6), mesh, [Replicate()]))
-
-        def local_grad(rank):
-            return torch.arange(24.0).reshape(6, 4).mul(rank + 1).t()
-
-        grad = DTensor.from_local(
-            map_local_for_rank(self.rank, local_grad), mesh, [Partial("sum")], run_check=False
-        )
-        comm_mode = CommDebugMode()
-        with comm_mode:
-            torch.autograd.backward(weight, grad)
-        self.assertEqual(comm_mode.get_total_counts(), 0)
-        self.assertEqual(weight.grad.placements, (Partial("sum"),))
-        self.assertEqual(weight.grad.full_tensor(), sum(local_grad(r) for r in range(2)))
 
 
 DistPartialNewEmptyStridedTestWithLocalTensor = create_local_tensor_test_class(
