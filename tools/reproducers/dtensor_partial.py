@@ -196,3 +196,21 @@ def partial_sum_view_dtype() -> Outcome:
     per_rank = {0: torch.tensor([1.0]), 1: torch.tensor([2.0])}
     truth = torch.tensor([3.0]).view(torch.int32).tolist()
     return cast_outcome("sum", per_rank, truth, lambda t: t.view(torch.int32))
+
+
+@reproducer(
+    bug="detach() of a Partial(product) DTensor all-reduces",
+    upstream="-",
+    patch='[DTensor] Views, aliases, clones and factories of a Partial("product") need no collective',
+)
+def partial_product_detach_communicates() -> Outcome:
+    import torch
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    dt, mode = two_rank_partial("product", lambda r: torch.tensor([2.0 + r, -1.0]))
+    comm = CommDebugMode()
+    with mode, comm:
+        out = dt.detach()
+    value = full_value(out, mode)
+    ok = comm.get_total_counts() == 0 and value == [6.0, 1.0]
+    return Outcome(ok, f"{out.placements[0]}, {comm.get_total_counts()} collectives, value {value}")
