@@ -214,3 +214,24 @@ def partial_product_detach_communicates() -> Outcome:
     value = full_value(out, mode)
     ok = comm.get_total_counts() == 0 and value == [6.0, 1.0]
     return Outcome(ok, f"{out.placements[0]}, {comm.get_total_counts()} collectives, value {value}")
+
+
+@reproducer(
+    bug="Adam(foreach=True).zero_grad(set_to_none=False) raises on a Partial(sum) grad",
+    upstream="-",
+    patch="[DTensor] _foreach_zero_ keeps Partial gradients, like zero_",
+)
+def foreach_zero_grad_on_partial() -> Outcome:
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate
+
+    grad, mode = two_rank_partial("sum", lambda r: torch.ones(3) * (r + 1))
+    with mode:
+        ones = torch.ones(3)
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, grad.device_mesh, [Replicate()], run_check=False)
+        )
+        weight.grad = grad
+        torch.optim.Adam([weight], foreach=True).zero_grad(set_to_none=False)
+    value = full_value(weight.grad, mode)
+    return Outcome(value == [0.0, 0.0, 0.0], f"grad {value}, {weight.grad.placements[0]}")
