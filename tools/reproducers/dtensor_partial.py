@@ -235,3 +235,22 @@ def foreach_zero_grad_on_partial() -> Outcome:
         torch.optim.Adam([weight], foreach=True).zero_grad(set_to_none=False)
     value = full_value(weight.grad, mode)
     return Outcome(value == [0.0, 0.0, 0.0], f"grad {value}, {weight.grad.placements[0]}")
+
+
+@reproducer(
+    bug="int64 P(sum).copy_(Replicate 3, 5) reads 2, 4 (Replicate -> Partial divides integers)",
+    upstream="-",
+    patch="[DTensor] copy_ into a Partial destination: respect the cast, and do not divide integers",
+)
+def integer_replicate_to_partial_divides() -> Outcome:
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate
+
+    dst, mode = two_rank_partial("sum", lambda r: torch.zeros(2, dtype=torch.int64))
+    with mode:
+        src = DTensor.from_local(
+            torch.tensor([3, 5]), dst.device_mesh, [Replicate()], run_check=False
+        )
+        dst.copy_(src)
+    value = full_value(dst, mode)
+    return Outcome(value == [3, 5], f"full_tensor {value} (truth [3, 5]), {dst.placements[0]}")

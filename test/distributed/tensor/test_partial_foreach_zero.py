@@ -8,8 +8,8 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    create_local_tensor_test_class,
     DTensorTestBase,
+    create_local_tensor_test_class,
     map_local_for_rank,
     with_comms,
 )

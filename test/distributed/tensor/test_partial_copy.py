@@ -1,0 +1,100 @@
+# Owner(s): ["oncall: distributed"]
+"""copy_ into a Partial destination, and Replicate -> Partial(sum) for integers.
+
+copy_ casts the source to the destination's dtype; a pending reduction may pass through
+only where that cast commutes with it. For avg/min/max a reduced source is a valid Partial
+value too; a Partial(sum) destination with a non-commuting cast is refused (untouched)
+instead of truncating per rank. Replicate -> Partial(sum) of integers keeps the value on
+the first rank instead of dividing it.
+"""
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    DTensorTestBase,
+    create_local_tensor_test_class,
+    map_local_for_rank,
+    with_comms,
+)
+
+REFUSAL = "in-place operations that require placement changes are not supported"
+
+
+class DistPartialCopyTest(DTensorTestBase):
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    def _dtensor(self, mesh, placement, per_rank, dtype):
+        local = map_local_for_rank(self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype))
+        return DTensor.from_local(local, mesh, [placement], run_check=False)
+
+    def _copy(self, dst, src):
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            dst.copy_(src)
+        return comm_mode.get_total_counts()
+
+    @with_comms
+    def test_sum_into_integer_partial_is_refused_not_truncated(self):
+        mesh = self.build_device_mesh()
+        dst = self._dtensor(mesh, Partial("sum"), [[7, 7], [0, 0]], torch.int32)
+        src = self._dtensor(mesh, Partial("sum"), [[0.5, 1.5], [0.5, 1.5]], torch.float32)
+        with self.assertRaisesRegex(RuntimeError, REFUSAL):
+            dst.copy_(src)
+        self.assertEqual(dst.full_tensor(), torch.tensor([7, 7], dtype=torch.int32))
+        empty = torch.empty_like(
+            self._dtensor(mesh, Partial("sum"), [[1.0], [1.0]], torch.float32), dtype=torch.int32
+        )
+        with self.assertRaisesRegex(RuntimeError, REFUSAL):
+            empty.copy_(self._dtensor(mesh, Partial("sum"), [[0.5], [0.5]], torch.float32))
+
+    @with_comms
+    def test_max_into_uint8_partial_reduces_the_source_first(self):
+        mesh = self.build_device_mesh()
+        dst = self._dtensor(mesh, Partial("max"), [[0, 0], [0, 0]], torch.uint8)
+        src = self._dtensor(mesh, Partial("max"), [[-1.0, 7.0], [3.0, 2.0]], torch.float32)
+        self.assertEqual(self._copy(dst, src), 1)
+        self.assertEqual(dst.placements, (Partial("max"),))
+        self.assertEqual(dst.full_tensor(), torch.tensor([3, 7], dtype=torch.uint8))
+
+    @with_comms
+    def test_replicate_into_integer_sum_partial_is_not_divided(self):
+        mesh = self.build_device_mesh()
+        for dtype in (torch.int64, torch.int32, torch.bool):
+            dst = self._dtensor(mesh, Partial("sum"), [[0, 0, 0, 0], [0, 0, 0, 0]], dtype)
+            values = [3, 5, 0, 9]
+            src = self._dtensor(mesh, Replicate(), [values, values], dtype)
+            self.assertEqual(self._copy(dst, src), 0)
+            self.assertEqual(dst.full_tensor(), torch.tensor(values, dtype=dtype))
+
+    @with_comms
+    def test_commuting_copies_keep_partial_without_collectives(self):
+        mesh = self.build_device_mesh()
+        dst = self._dtensor(mesh, Partial("sum"), [[0.0, 0.0], [0.0, 0.0]], torch.float32)
+        src = self._dtensor(mesh, Partial("sum"), [[1.0, 2.0], [0.5, -1.0]], torch.bfloat16)
+        self.assertEqual(self._copy(dst, src), 0)
+        self.assertEqual(dst.full_tensor(), torch.tensor([1.5, 1.0]))
+        dst = self._dtensor(mesh, Partial("avg"), [[0.0], [0.0]], torch.float32)
+        src = self._dtensor(mesh, Replicate(), [[4], [4]], torch.int32)
+        self.assertEqual(self._copy(dst, src), 0)
+        self.assertEqual(dst.full_tensor(), torch.tensor([4.0]))
+
+    @with_comms
+    def test_new_empty_then_copy_from_a_max_partial(self):
+        mesh = self.build_device_mesh()
+        base = self._dtensor(mesh, Partial("sum"), [[1.0], [1.0]], torch.float32)
+        dst = base.new_empty((1,), dtype=torch.int32)
+        src = self._dtensor(mesh, Partial("max"), [[-1.0], [3.5]], torch.float32)
+        self.assertEqual(self._copy(dst, src), 1)
+        self.assertEqual(dst.placements, (Replicate(),))
+        self.assertEqual(dst.full_tensor(), torch.tensor([3], dtype=torch.int32))
+
+
+DistPartialCopyTestWithLocalTensor = create_local_tensor_test_class(DistPartialCopyTest)
+
+
+if __name__ == "__main__":
+    run_tests()
