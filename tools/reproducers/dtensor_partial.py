@@ -254,3 +254,26 @@ def integer_replicate_to_partial_divides() -> Outcome:
         dst.copy_(src)
     value = full_value(dst, mode)
     return Outcome(value == [3, 5], f"full_tensor {value} (truth [3, 5]), {dst.placements[0]}")
+
+
+@reproducer(
+    bug="Adam.step() all-reduces one Partial(sum) gradient 3 times",
+    upstream="-",
+    patch="[optim] Adam reduces a Partial DTensor gradient once per step",
+)
+def adam_reduces_partial_grad_per_use() -> Outcome:
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    grad, mode = two_rank_partial("sum", lambda r: torch.ones(3) * (r + 1))
+    with mode:
+        weight = torch.nn.Parameter(
+            DTensor.from_local(torch.ones(3), grad.device_mesh, [Replicate()], run_check=False)
+        )
+    weight.grad = grad
+    comm = CommDebugMode()
+    with mode, comm:
+        torch.optim.Adam([weight], lr=0.1).step()
+    count = comm.get_total_counts()
+    return Outcome(count == 1, f"{count} all-reduce(s) per step (1 needed)")
