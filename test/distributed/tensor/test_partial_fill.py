@@ -106,6 +106,27 @@ class DistPartialFillTest(DTensorTestBase):
         ones = nn.init.ones_(self._partial(mesh, "max"))
         self.assertEqual(ones.full_tensor(), torch.ones(3))
 
+    @with_comms
+    def test_layer_norm_reset_parameters_on_partial_params(self):
+        # to_empty() keeps the Partial placement (empty_like), then reset_parameters()
+        # fills weight with 1 and bias with 0: the sum-fill is refused, the zero kept.
+        mesh = self.build_device_mesh()
+        norm = nn.LayerNorm(3)
+        norm.weight = nn.Parameter(self._partial(mesh, "sum"))
+        norm.bias = nn.Parameter(self._partial(mesh, "sum"))
+        norm.to_empty(device=self.device_type)
+        self.assertEqual(norm.weight.placements, (Partial("sum"),))
+        with self.assertRaisesRegex(RuntimeError, REFUSAL):
+            norm.reset_parameters()
+        nn.init.zeros_(norm.bias)
+        self.assertEqual(norm.bias.full_tensor(), torch.zeros(3))
+        norm = nn.LayerNorm(3)
+        norm.weight = nn.Parameter(self._partial(mesh, "max"))
+        norm.bias = nn.Parameter(self._partial(mesh, "max"))
+        norm.to_empty(device=self.device_type).reset_parameters()
+        self.assertEqual(norm.weight.full_tensor(), torch.ones(3))
+        self.assertEqual(norm.bias.full_tensor(), torch.zeros(3))
+
 
 DistPartialFillTestWithLocalTensor = create_local_tensor_test_class(DistPartialFillTest)
 
