@@ -36,6 +36,21 @@ def full_value(dt, mode) -> list:
     return full.reconcile().tolist()
 
 
+def replicate_param_with_partial_grad():
+    """A Replicate parameter of ones whose .grad is Partial(sum) of 1 and 2 per rank."""
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate
+
+    grad, mode = two_rank_partial("sum", lambda r: torch.ones(3) * (r + 1))
+    with mode:
+        ones = torch.ones(3)
+    weight = torch.nn.Parameter(
+        DTensor.from_local(ones, grad.device_mesh, [Replicate()], run_check=False)
+    )
+    weight.grad = grad
+    return weight, mode
+
+
 @reproducer(
     bug="P(sum).fill_(1.5) reads back as world_size * 1.5",
     upstream="-",
@@ -223,15 +238,9 @@ def partial_product_detach_communicates() -> Outcome:
 )
 def foreach_zero_grad_on_partial() -> Outcome:
     import torch
-    from torch.distributed.tensor import DTensor, Replicate
 
-    grad, mode = two_rank_partial("sum", lambda r: torch.ones(3) * (r + 1))
+    weight, mode = replicate_param_with_partial_grad()
     with mode:
-        ones = torch.ones(3)
-        weight = torch.nn.Parameter(
-            DTensor.from_local(ones, grad.device_mesh, [Replicate()], run_check=False)
-        )
-        weight.grad = grad
         torch.optim.Adam([weight], foreach=True).zero_grad(set_to_none=False)
     value = full_value(weight.grad, mode)
     return Outcome(value == [0.0, 0.0, 0.0], f"grad {value}, {weight.grad.placements[0]}")
@@ -263,15 +272,9 @@ def integer_replicate_to_partial_divides() -> Outcome:
 )
 def adam_reduces_partial_grad_per_use() -> Outcome:
     import torch
-    from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor.debug import CommDebugMode
 
-    grad, mode = two_rank_partial("sum", lambda r: torch.ones(3) * (r + 1))
-    with mode:
-        weight = torch.nn.Parameter(
-            DTensor.from_local(torch.ones(3), grad.device_mesh, [Replicate()], run_check=False)
-        )
-    weight.grad = grad
+    weight, mode = replicate_param_with_partial_grad()
     comm = CommDebugMode()
     with mode, comm:
         torch.optim.Adam([weight], lr=0.1).step()
