@@ -41,12 +41,13 @@ class Plan:
         return text
 
 
-def materialize(repo: Path, dest: Path) -> Plan:
-    """Write the active Python files to ``dest`` (which must not exist) and describe them."""
+def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
+    """Write the active Python files of ``overlay`` (default: the project's) to ``dest``
+    (which must not exist) and describe them."""
     pin = read_pin(repo)
     torch = installed_torch()
     check_installed(pin, torch)
-    overlay = repo / OVERLAY_DIR
+    overlay = overlay or repo / OVERLAY_DIR
     overlay_repo.require(overlay)
     commits = overlay_repo.commits(overlay)
     held_back = [c for c in commits if c.needs_build]

@@ -10,7 +10,15 @@ import tempfile
 from pathlib import Path
 
 from tools import overlay_repo
-from tools.base import OVERLAY_DIR, check_installed, installed_torch, read_pin, read_series
+from tools.active import materialize
+from tools.base import (
+    OVERLAY_DIR,
+    OverlayError,
+    check_installed,
+    installed_torch,
+    read_pin,
+    read_series,
+)
 from tools.export import pending
 
 SUBJECT = re.compile(r"^(\[[A-Za-z][^\]]*\])+ \S")
@@ -55,10 +63,14 @@ def check(repo: Path) -> list[str]:
     pin = read_pin(repo)
     torch = installed_torch()
     check_installed(pin, torch)
+    problems = []
     with tempfile.TemporaryDirectory() as scratch:
         # Refuses (OverlayError) on drift or on the first patch that does not apply.
         overlay_repo.build(repo, Path(scratch) / "overlay", pin, torch)
-    problems = []
+        try:  # what `run` activates on a wheel: held-back patches must come out cleanly
+            materialize(repo, Path(scratch) / "active", overlay=Path(scratch) / "overlay")
+        except OverlayError as error:
+            problems.append(f"on a wheel: {error}")
     if overlay_repo.exists(repo / OVERLAY_DIR):
         problems += pending(repo)
     for name in read_series(repo):

@@ -183,6 +183,19 @@ p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
             ],
         )
 
+    def test_check_reports_a_held_back_patch_that_later_patches_build_on(self):
+        self.project.commit_edit(
+            TARGET, 'OVERLAY_MARKER = "hello"', 'OVERLAY_MARKER = "needs C++"',
+            GOOD_MESSAGE.replace("Add a marker", "Change it") + "\nRequires-Source-Build: x\n",
+        )  # fmt: skip
+        self.project.commit_edit(
+            TARGET, 'OVERLAY_MARKER = "needs C++"', 'OVERLAY_MARKER = "later"',
+            GOOD_MESSAGE.replace("Add a marker", "Build on it"),
+        )  # fmt: skip
+        export(self.tmp)
+        (problem,) = check(self.tmp)
+        self.assertIn("on a wheel: cannot hold back '[pipelining] Change it'", problem)
+
     def test_lint_adapter_flags_unformatted_cpp_and_non_applying_patches(self):
         clang_format = str(Path(sys.executable).parent / "clang-format")
         self.project.commit_edit(
