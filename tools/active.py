@@ -30,9 +30,16 @@ ENV_VAR = "TORCH_OVERLAY_ACTIVE"
 
 @dataclass(frozen=True)
 class Plan:
-    active: list[overlay_repo.Commit]
-    held_back: list[overlay_repo.Commit]
+    commits: list[overlay_repo.Commit]  # the series, in order
     modules: list[str]  # overlaid module names, sorted
+
+    @property
+    def active(self) -> list[overlay_repo.Commit]:
+        return [c for c in self.commits if not c.needs_build]
+
+    @property
+    def held_back(self) -> list[overlay_repo.Commit]:
+        return [c for c in self.commits if c.needs_build]
 
     def summary(self) -> str:
         text = f"{len(self.active)} patch(es) active, {len(self.modules)} module(s) overlaid"
@@ -76,8 +83,7 @@ def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
             path.unlink()  # unchanged upstream file: let the wheel's copy serve it
         else:
             modules.append(rel[: -len(".py")].removesuffix("/__init__").replace("/", "."))
-    active = [c for c in commits if not c.needs_build]
-    return Plan(active, held_back, modules)
+    return Plan(commits, modules)
 
 
 def materialize_to(repo: Path, target: Path) -> Plan:

@@ -41,12 +41,12 @@ def status(repo: Path) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         plan = materialize(repo, Path(scratch) / "tree")
     lines.append("patches:")
-    for commit in overlay_repo.commits(overlay):
+    for commit in plan.commits:
         state = "held back" if commit.needs_build else "active"
         lines.append(f"  {state:<9}  {commit.subject}")
         if commit.needs_build:
             lines.append(f"             needs a source build ({commit.needs_build})")
-    if not plan.active and not plan.held_back:
+    if not plan.commits:
         lines.append("  (none: the series is empty)")
     lines.append("overlaid modules:" if plan.modules else "overlaid modules: none")
     lines += [f"  {module}" for module in plan.modules]

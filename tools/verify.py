@@ -44,7 +44,7 @@ def verify(repo: Path, out_dir: Path) -> int:
         tree = Path(scratch) / "tree"
         plan = materialize(repo, tree)
         print(f"torch-overlay: {plan.summary()}")
-        if not plan.active and not plan.held_back:
+        if not plan.commits:
             print("the series is empty: there are no patches, so there is nothing to verify")
         stock = run_reproducers(repo, None) if registry else {}
         overlay = run_reproducers(repo, tree) if registry else {}
