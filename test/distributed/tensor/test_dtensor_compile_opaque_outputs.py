@@ -1,0 +1,88 @@
+# Owner(s): ["oncall: distributed"]
+"""A compiled function returning a DTensor on a submesh partitions and matches eager.
+
+torchtitan#3013: on a 2-D (fsdp, tp) mesh, ``DTensor.from_local(w.to_local(),
+w.device_mesh["tp"], [Replicate()]) * x`` fails in the partitioner with "Node tangents_2
+was invalid, but is output": the output's DeviceMesh is not any primal's mesh object
+(DTensor's sharding cache hands back the one it saw first), but it is the object the
+tangent was built from, so make_fx binds the forward output to the tangent placeholder.
+The fake process group is enough: the failure is at compile time.
+"""
+
+import torch
+import torch.distributed as dist
+from functorch.compile import nop
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+def replicated(mesh, seed):
+    torch.manual_seed(seed)
+    local = torch.randn(4, 4, dtype=torch.float64)
+    return distribute_tensor(local, mesh, [Replicate()] * mesh.ndim).requires_grad_()
+
+
+def output_on_tp_of_w(w, x):
+    return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()]) * x
+
+
+def both_sliced_inside(w, x):
+    """The graph_trainer shape: every input on the 2-D mesh, the submesh made inside."""
+    tp = w.device_mesh["tp"]
+    return DTensor.from_local(w.to_local(), tp, [Replicate()]) * DTensor.from_local(
+        x.to_local(), x.device_mesh["tp"], [Replicate()]
+    )
+
+
+class DTensorCompileOpaqueOutputTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        self.mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+        super().tearDown()
+
+    def check_matches_eager(self, fn, x_on_tp, backend):
+        def inputs():
+            # Fresh DTensors for each run: a clone would pick up the cached mesh object.
+            x_mesh = self.mesh["tp"] if x_on_tp else self.mesh
+            return replicated(self.mesh, 0), replicated(x_mesh, 1)
+
+        eager_args, compiled_args = inputs(), inputs()
+        eager = fn(*eager_args)
+        eager.to_local().sum().backward()
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)(*compiled_args)
+        compiled.to_local().sum().backward()
+
+        self.assertEqual(compiled.device_mesh, eager.device_mesh)
+        self.assertEqual(compiled.placements, eager.placements)
+        self.assertEqual(compiled.to_local(), eager.to_local(), atol=0, rtol=0)
+        for ours, ref in zip(compiled_args, eager_args, strict=True):
+            self.assertEqual(ours.grad.placements, ref.grad.placements)
+            self.assertEqual(ours.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
+
+    def test_aot_eager(self):
+        self.check_matches_eager(output_on_tp_of_w, True, "aot_eager")
+
+    def test_aot_eager_submesh_made_inside(self):
+        self.check_matches_eager(both_sliced_inside, False, "aot_eager")
+
+    def test_default_partitioner(self):
+        backend = aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=default_partition)
+        self.check_matches_eager(output_on_tp_of_w, True, backend)
+        self.check_matches_eager(both_sliced_inside, False, backend)
+
+    def test_inductor(self):
+        self.check_matches_eager(output_on_tp_of_w, True, "inductor")
+
+
+if __name__ == "__main__":
+    run_tests()

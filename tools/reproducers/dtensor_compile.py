@@ -1,0 +1,60 @@
+"""torch.compile with DTensor, compared with eager.
+
+Runs in a spawned child with its own fake process group of 4 ranks (a 2-D mesh); the
+child inherits the overlay from verify.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from tools.reproducers import Outcome, reproducer
+
+
+def _submesh_output(queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+
+    def f(w, x):
+        return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()]) * x
+
+    def inputs():
+        torch.manual_seed(0)
+        w = distribute_tensor(torch.randn(4, 4), mesh, [Replicate(), Replicate()])
+        x = distribute_tensor(torch.randn(4, 4), mesh["tp"], [Replicate()])
+        return w.requires_grad_(), x.requires_grad_()
+
+    w, x = inputs()
+    f(w, x).to_local().sum().backward()
+    cw, cx = inputs()
+    try:
+        torch.compile(f, backend="aot_eager", fullgraph=True)(cw, cx).to_local().sum().backward()
+        same = torch.equal(cw.grad.to_local(), w.grad.to_local()) and torch.equal(
+            cx.grad.to_local(), x.grad.to_local()
+        )
+        queue.put((same, "compiled grads equal eager" if same else "grads differ from eager"))
+    except Exception as error:  # the bug is a compile error
+        message = [line for line in str(error).splitlines() if "Error" in line]
+        queue.put((False, (message or [type(error).__name__])[0][:80]))
+    dist.destroy_process_group()
+
+
+@reproducer(
+    bug="compile(from_local(w.to_local(), w.device_mesh['tp']) * x): forward output is tangents_2",
+    upstream="pytorch/torchtitan#3013",
+    patch="[aot_autograd] A forward output never resolves to a tangent placeholder",
+)
+def compiled_submesh_output_is_tangent() -> Outcome:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_submesh_output, args=(queue,))
+    child.start()
+    ok, detail = queue.get(timeout=300)
+    child.join()
+    return Outcome(ok, detail)
