@@ -58,3 +58,44 @@ def compiled_submesh_output_is_tangent() -> Outcome:
     ok, detail = queue.get(timeout=300)
     child.join()
     return Outcome(ok, detail)
+
+
+@reproducer(
+    bug="A compiled module keeps its parameter after module.__dict__['weight'] shadows it",
+    upstream="pytorch/torchtitan#3122",
+    patch="[dynamo] Guard that a module attribute found through __getattr__ is not shadowed in __dict__",
+)
+def compiled_module_ignores_dict_shadow() -> Outcome:
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(4, 4, bias=False)
+    compiled = torch.compile(module, backend="eager", fullgraph=True)
+    x = torch.randn(2, 4)
+    compiled(x)
+    module.__dict__["weight"] = torch.zeros(4, 4)
+    same = torch.equal(compiled(x), module(x))
+    return Outcome(same, "compiled equals eager" if same else "compiled still uses the parameter")
+
+
+@reproducer(
+    bug="compile(lambda w: w.to_local(), 'inductor')(param) returns param._local_tensor itself",
+    upstream="pytorch/torchtitan#3122",
+    patch="[aot_autograd] An output aliasing a subclass input's inner tensor is returned as an alias",
+)
+def compiled_to_local_mutates_parameter() -> Outcome:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import Replicate, distribute_tensor, init_device_mesh
+
+    if not dist.is_initialized():
+        dist.init_process_group("fake", rank=0, world_size=2)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    param = torch.nn.Parameter(distribute_tensor(torch.randn(4, 4), mesh, [Replicate()]))
+    out = torch.compile(lambda w: w.to_local(), backend="inductor", fullgraph=True)(param)
+    inner = param._local_tensor
+    ok = out is not inner and inner.grad_fn is None and not inner.requires_grad
+    detail = (
+        f"output is the local tensor: {out is inner}; its grad_fn: {type(inner.grad_fn).__name__}"
+    )
+    return Outcome(ok, detail)
