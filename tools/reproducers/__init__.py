@@ -17,6 +17,7 @@ listing the registry stays cheap)::
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,3 +54,15 @@ def load_all() -> dict[str, Reproducer]:
         if not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
     return REGISTRY
+
+
+def in_spawned_child(target: Callable[..., None], *args, timeout: float = 300):
+    """Run ``target(*args, queue)`` in a spawned child (its own process group, the
+    overlay inherited from the environment) and return what it put on the queue."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    result = queue.get(timeout=timeout)
+    child.join()
+    return result

@@ -1,14 +1,13 @@
-"""torch.compile with DTensor, compared with eager.
+"""torch.compile with DTensor and nn.Module, compared with eager.
 
-Runs in a spawned child with its own fake process group of 4 ranks (a 2-D mesh); the
-child inherits the overlay from verify.
+The 2-D mesh scenario runs in a spawned child with its own fake process group of 4
+ranks; the child inherits the overlay from verify. The others share verify's process
+(and its 2-rank fake process group).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-
-from tools.reproducers import Outcome, reproducer
+from tools.reproducers import Outcome, in_spawned_child, reproducer
 
 
 def _submesh_output(queue) -> None:
@@ -51,12 +50,7 @@ def _submesh_output(queue) -> None:
     patch="[aot_autograd] A forward output never resolves to a tangent placeholder",
 )
 def compiled_submesh_output_is_tangent() -> Outcome:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_submesh_output, args=(queue,))
-    child.start()
-    ok, detail = queue.get(timeout=300)
-    child.join()
+    ok, detail = in_spawned_child(_submesh_output)
     return Outcome(ok, detail)
 
 

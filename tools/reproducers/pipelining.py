@@ -6,10 +6,9 @@ DTensor reproducers hold the fake one); the child inherits the overlay from veri
 
 from __future__ import annotations
 
-import multiprocessing
 import tempfile
 
-from tools.reproducers import Outcome, reproducer
+from tools.reproducers import Outcome, in_spawned_child, reproducer
 
 
 def _tied_weight_zbv(store_path: str, queue) -> None:
@@ -54,11 +53,6 @@ def _tied_weight_zbv(store_path: str, queue) -> None:
     patch="[pipelining] Scale a weight shared by stages on one rank once per step",
 )
 def tied_weight_scaled_twice() -> Outcome:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
     with tempfile.TemporaryDirectory() as scratch:  # FileStore deletes its file itself
-        child = context.Process(target=_tied_weight_zbv, args=(f"{scratch}/store", queue))
-        child.start()
-        error = queue.get(timeout=120)
-        child.join()
+        error = in_spawned_child(_tied_weight_zbv, f"{scratch}/store", timeout=120)
     return Outcome(error < 1e-12, f"tied grad relative error {error:.2g} vs a fused backward")
