@@ -4,6 +4,8 @@ reference on stages with shared weights, parameter-only outputs, view outputs an
 outputs used inside the stage; Interleaved1F1B (fused backward) is the control."""
 
 import collections
+import gc
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -117,6 +119,20 @@ def loss_fn(output, target):
     return ((output - target) ** 2).mean()
 
 
+def recording_loss_fn(saved):
+    """loss_fn, recording a weak reference to every tensor its graph saves."""
+
+    def pack(t):
+        saved.append(weakref.ref(t))
+        return t
+
+    def recording(output, target):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            return loss_fn(output, target)
+
+    return recording
+
+
 class ScheduleSplitBackwardTest(MultiProcessTestCase):
     @property
     def world_size(self) -> int:
@@ -153,11 +169,20 @@ class ScheduleSplitBackwardTest(MultiProcessTestCase):
                 stages = [
                     PipelineStage(modules[i], i, 4, torch.device("cpu")) for i in layout[self.rank]
                 ]
-                schedule = schedule_cls(stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+                saved = []  # weak references to what the loss's graph saves
+                schedule = schedule_cls(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=recording_loss_fn(saved)
+                )
+                losses, outputs = [], None
                 if self.rank == 0:
-                    schedule.step(x, target=y)
+                    outputs = schedule.step(x, target=y, losses=losses)
                 else:
-                    schedule.step(target=y)
+                    outputs = schedule.step(target=y, losses=losses)
+                # With the losses and outputs still held, as a trainer does, the
+                # graphs of the step are freed (guard: stock frees them too).
+                gc.collect()
+                self.assertEqual([ref() for ref in saved if ref() is not None], [])
+                del outputs, losses  # held until here on purpose
                 for i in layout[self.rank]:
                     for (name, p), ref in zip(
                         modules[i].named_parameters(), reference[i].parameters(), strict=True
