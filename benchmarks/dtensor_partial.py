@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -107,16 +105,6 @@ def worker(reps: int, numel: int) -> None:
     print(json.dumps(results))
 
 
-def run_worker(tree: Path | None, reps: int, numel: int) -> dict:
-    from tools.active import environment
-
-    command = [sys.executable, __file__, "--worker", "--reps", str(reps), "--numel", str(numel)]
-    proc = subprocess.run(command, env=environment(tree), capture_output=True, text=True, cwd=REPO)
-    if proc.returncode:
-        raise SystemExit(proc.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -129,12 +117,12 @@ def main() -> None:
         worker(args.reps, args.numel)
         return
     sys.path.insert(0, str(REPO))
-    from tools.active import materialize
+    from tools.active import run_stock_and_overlay
 
-    with tempfile.TemporaryDirectory() as scratch:
-        plan = materialize(REPO, Path(scratch) / "tree")
-        stock = run_worker(None, args.reps, args.numel)
-        overlay = run_worker(Path(scratch) / "tree", args.reps, args.numel)
+    worker_command = [sys.executable, __file__, "--worker", "--reps", str(args.reps)]
+    worker_command += ["--numel", str(args.numel)]
+    plan, stock_out, overlay_out = run_stock_and_overlay(REPO, worker_command)
+    stock, overlay = (json.loads(out.strip().splitlines()[-1]) for out in (stock_out, overlay_out))
     print(f"overlay: {plan.summary()}; {WORLD_SIZE} simulated ranks, {args.numel} elements, "
           f"median of {args.reps}")  # fmt: skip
     header = f"{'case':36} {'collectives stock -> overlay':>29} {'ms stock':>9} {'ms overlay':>11} {'time ratio':>11}"

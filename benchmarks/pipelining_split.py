@@ -22,9 +22,7 @@ import contextlib
 import gc
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -188,16 +186,6 @@ def worker(reps: int, depths: list[int]) -> None:
     print(json.dumps(results))
 
 
-def run_worker(tree: Path | None, reps: int, depths: str) -> dict:
-    from tools.active import environment
-
-    command = [sys.executable, __file__, "--worker", "--reps", str(reps), "--depths", depths]
-    proc = subprocess.run(command, env=environment(tree), capture_output=True, text=True, cwd=REPO)
-    if proc.returncode:
-        raise SystemExit(proc.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def verdict(result: dict) -> str:
     if isinstance(result["correct"], str):
         return "error"  # the worker's message is printed below the table
@@ -216,12 +204,12 @@ def main() -> None:
         worker(args.reps, [int(d) for d in args.depths.split(",")])
         return
     sys.path.insert(0, str(REPO))
-    from tools.active import materialize
+    from tools.active import run_stock_and_overlay
 
-    with tempfile.TemporaryDirectory() as scratch:
-        plan = materialize(REPO, Path(scratch) / "tree")
-        stock = run_worker(None, args.reps, args.depths)
-        overlay = run_worker(Path(scratch) / "tree", args.reps, args.depths)
+    worker_command = [sys.executable, __file__, "--worker", "--reps", str(args.reps)]
+    worker_command += ["--depths", str(args.depths)]
+    plan, stock_out, overlay_out = run_stock_and_overlay(REPO, worker_command)
+    stock, overlay = (json.loads(out.strip().splitlines()[-1]) for out in (stock_out, overlay_out))
     for kind, description in KINDS.items():
         print(f"{kind}: {description}")
     print(f"overlay: {plan.summary()}; Linear({WIDTH}, {WIDTH}) + ReLU, batch {BATCH}, "

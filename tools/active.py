@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,3 +108,22 @@ def environment(tree: Path | None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env[ENV_VAR] = str(tree) if tree else ""
     return env
+
+
+def run_stock_and_overlay(repo: Path, command: list[str]) -> tuple[Plan, str, str]:
+    """Run ``command`` in ``repo`` on stock torch, then with the overlay's active patches
+    (materialized in a scratch tree); return the plan and both outputs. A run that fails
+    stops here with its stderr."""
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        plan = materialize(repo, tree)
+        outputs = []
+        for label, active in (("stock", None), ("overlay", tree)):
+            proc = subprocess.run(
+                command, cwd=repo, env=environment(active), capture_output=True, text=True
+            )
+            if proc.returncode:
+                sys.stderr.write(proc.stderr)
+                raise SystemExit(f"{' '.join(command)} failed ({label} torch)")
+            outputs.append(proc.stdout)
+    return plan, outputs[0], outputs[1]

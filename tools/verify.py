@@ -4,32 +4,17 @@ table, write it as Markdown and JSON, and fail if any reproducer fails with the 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from tools.active import environment, materialize
+from tools.active import run_stock_and_overlay
 from tools.reproducers import load_all
 
 
-def run_reproducers(repo: Path, tree: Path | None) -> dict[str, dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.reproducers"],
-        cwd=repo,
-        env=environment(tree),
-        capture_output=True,
-        text=True,
-    )
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            result = json.loads(line)
-            results[result["name"]] = result
-    if proc.returncode:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit(f"reproducers crashed ({'overlay' if tree else 'stock'} torch)")
-    return results
+def parse_results(stdout: str) -> dict[str, dict]:
+    """The reproducers' results: one JSON object per line."""
+    results = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {result["name"]: result for result in results}
 
 
 def cell(result: dict, width: int = 160) -> str:
@@ -40,14 +25,13 @@ def cell(result: dict, width: int = 160) -> str:
 
 def verify(repo: Path, out_dir: Path) -> int:
     registry = load_all()
-    with tempfile.TemporaryDirectory(prefix="torch-overlay-verify-") as scratch:
-        tree = Path(scratch) / "tree"
-        plan = materialize(repo, tree)
-        print(f"torch-overlay: {plan.summary()}")
-        if not plan.commits:
-            print("the series is empty: there are no patches, so there is nothing to verify")
-        stock = run_reproducers(repo, None) if registry else {}
-        overlay = run_reproducers(repo, tree) if registry else {}
+    plan, stock_out, overlay_out = run_stock_and_overlay(
+        repo, [sys.executable, "-m", "tools.reproducers"]
+    )
+    print(f"torch-overlay: {plan.summary()}")
+    if not plan.commits:
+        print("the series is empty: there are no patches, so there is nothing to verify")
+    stock, overlay = parse_results(stock_out), parse_results(overlay_out)
     held_back = {c.subject for c in plan.held_back}
     rows = []
     for name, rep in sorted(registry.items()):
