@@ -7,6 +7,7 @@ reverse-applied from the overlay's working tree, so uncommitted edits are still 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,9 +22,12 @@ from tools.base import (
     OverlayError,
     check_installed,
     git,
+    git_bytes,
     installed_torch,
     read_pin,
+    sha256,
 )
+from tools.boot.torch_overlay_finder import PIN_NAME
 
 BOOT_DIR = Path(__file__).parent / "boot"
 ENV_VAR = "TORCH_OVERLAY_ACTIVE"
@@ -51,7 +55,9 @@ class Plan:
 
 def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
     """Write the active Python files of ``overlay`` (default: the project's) to ``dest``
-    (which must not exist) and describe them."""
+    (which must not exist) and describe them. ``dest/PIN_NAME`` gives the import hook the
+    pinned release and the base sha256 of each file it replaces, which it checks against the
+    torch of every interpreter it runs in."""
     pin = read_pin(repo)
     torch = installed_torch()
     check_installed(pin, torch)
@@ -77,13 +83,22 @@ def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
                     f"changes depend on it:\n{proc.stderr.decode().strip()}"
                 )
     modules = []
+    replaced = {}  # base files the tree shadows -> their pinned sha256
+    base = overlay_repo.base_commit(overlay)
+    in_base = set(git("ls-tree", "-r", "--name-only", base, cwd=overlay).split())
     for path in sorted(dest.rglob("*.py")):
         rel = path.relative_to(dest).as_posix()
         installed = torch.site / rel
         if installed.exists() and installed.read_bytes() == path.read_bytes():
             path.unlink()  # unchanged upstream file: let the wheel's copy serve it
-        else:
-            modules.append(rel[: -len(".py")].removesuffix("/__init__").replace("/", "."))
+            continue
+        modules.append(rel[: -len(".py")].removesuffix("/__init__").replace("/", "."))
+        if rel in pin.files:
+            replaced[rel] = pin.files[rel]
+        elif rel in in_base:  # added since the last export: the overlay's base copy
+            replaced[rel] = sha256(git_bytes("show", f"{base}:{rel}", cwd=overlay))
+    hook_pin = {"torch_version": pin.version, "git_version": pin.git_version, "files": replaced}
+    (dest / PIN_NAME).write_text(json.dumps(hook_pin, indent=2) + "\n")
     return Plan(commits, modules)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PIN_FILE = Path("patches/base.json")
+UPSTREAM_MAP_FILE = Path("patches/upstream.json")
 SERIES_FILE = Path("patches/series")
 SERIES_HEADER = (
     "# One patch file per upstream PR, applied in this order (torch-overlay export writes it).\n"
@@ -89,6 +90,34 @@ def write_pin(repo: Path, pin: Pin) -> None:
         "files": dict(sorted(pin.files.items())),
     }
     (repo / PIN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class UpstreamMap:
+    """``patches/upstream.json``: where upstream already tests what the series touches."""
+
+    tests: dict[str, list[str]]  # touched source path -> upstream test files
+    select: dict[str, str]  # upstream test file -> pytest -k expression
+    issues: dict[str, list[int]]  # patch file name -> upstream issue numbers it fixes
+
+
+def read_upstream_map(repo: Path) -> UpstreamMap:
+    """The upstream map; a missing file maps nothing (``check`` then names every touched
+    file)."""
+    path = repo / UPSTREAM_MAP_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return UpstreamMap({}, {}, {})
+    except json.JSONDecodeError as error:
+        raise OverlayError(f"{path} is not valid JSON: {error}") from None
+    return UpstreamMap(
+        tests={source: list(files) for source, files in data.get("tests", {}).items()},
+        select=dict(data.get("select", {})),
+        issues={
+            name: [int(n) for n in numbers] for name, numbers in data.get("issues", {}).items()
+        },
+    )
 
 
 def read_series(repo: Path) -> list[str]:

@@ -20,11 +20,13 @@ from tools.base import (
     PIN_FILE,
     SERIES_FILE,
     SERIES_HEADER,
+    UPSTREAM_MAP_FILE,
     OverlayError,
     git,
     installed_torch,
     sha256,
 )
+from tools.boot.torch_overlay_finder import PIN_NAME
 from tools.check import check, message_problems
 from tools.export import export
 from tools.lint_patches import lint
@@ -64,6 +66,8 @@ class OverlayProject:
         pin["files"] = {}
         (root / PIN_FILE).write_text(json.dumps(pin, indent=2) + "\n")
         (root / SERIES_FILE).write_text(SERIES_HEADER)
+        upstream = {"tests": {TARGET: ["test/distributed/pipelining/test_backward.py"]}}
+        (root / UPSTREAM_MAP_FILE).write_text(json.dumps(upstream))
         (root / "test/distributed").mkdir(parents=True)
         (root / "test/distributed/test_probe.py").write_text("")
         self.overlay = root / "torch_overlay"
@@ -108,6 +112,10 @@ class OverlayToolsTest(TestCase):
         self.assertEqual(snapshot(self.tmp / "patches"), exported)
         self.assertIn("OVERLAY_MARKER", (self.project.overlay / TARGET).read_text())
         self.assertEqual(check(self.tmp), [])
+        materialize(self.tmp, self.tmp / "tree")  # the import hook checks these against torch
+        hook_pin = json.loads((self.tmp / "tree" / PIN_NAME).read_text())
+        self.assertEqual(hook_pin["files"], pin["files"])
+        self.assertEqual(hook_pin["git_version"], pin["git_version"])
         # A second sync is a no-op on content (idempotent).
         sync(self.tmp)
         self.assertEqual(snapshot(self.tmp / "patches"), exported)
@@ -182,6 +190,37 @@ p.patch: 'Fixes: the bug' should read 'Fixes #N'""",
                 "p.patch: Test Plan names test/distributed/test_missing.py, which is not in this repo"
             ],
         )
+        # A PR named by its place in the series goes stale when the series is reordered.
+        relative = body.replace(
+            "it is a probe.",
+            "it is a probe (next\nPR: 1; previous patch: 2; a\nfollow-up PR may drop it; "
+            "the earlier one (previous)).",
+        )
+        self.assertExpectedInline(
+            "\n".join(problems(f"{subject}\n\n{relative}")),
+            """\
+p.patch: 'next PR' points at a PR by its place in the series; name that PR by its title or remove the reference
+p.patch: 'previous patch' points at a PR by its place in the series; name that PR by its title or remove the reference
+p.patch: '(previous)' points at a PR by its place in the series; name that PR by its title or remove the reference""",
+        )
+        # Every upstream issue declared for the patch in upstream.json needs its Fixes line.
+        text = f"Subject: [PATCH] {subject}\n\n{body}\nFixes pytorch/pytorch#180486\n---\n".encode()
+        self.assertEqual(message_problems(self.tmp, "p.patch", text, [180486]), [])
+        self.assertEqual(
+            message_problems(self.tmp, "p.patch", text, [180486, 197859]),
+            ["p.patch: patches/upstream.json says it fixes #197859; add the line 'Fixes #197859'"],
+        )
+
+    def test_check_refuses_touched_files_without_upstream_tests(self):
+        export(self.tmp)
+        upstream = {"tests": {}, "issues": {"0002-gone.patch": [1]}}
+        (self.tmp / UPSTREAM_MAP_FILE).write_text(json.dumps(upstream))
+        self.assertEqual(
+            check(self.tmp),
+            [f"{TARGET}: a patch touches it, but no upstream test file maps to it in "
+             f"{UPSTREAM_MAP_FILE}",
+             f'{UPSTREAM_MAP_FILE}: "issues" names 0002-gone.patch, which is not in {SERIES_FILE}'],
+        )  # fmt: skip
 
     def test_check_reports_a_held_back_patch_that_later_patches_build_on(self):
         self.project.commit_edit(
@@ -314,6 +353,50 @@ class OverlayActivationTest(TestCase):
             capture_output=True, text=True, env=environment(None), check=True,
         )  # fmt: skip
         self.assertIn("process None child None", stock.stdout)
+
+    def run_with_torch_from(self, torch_dir: Path, code: str) -> subprocess.CompletedProcess:
+        """``torch-overlay run`` a Python whose ``import torch`` finds ``torch_dir/torch`` first,
+        as an interpreter of another environment would."""
+        code = f"import sys; sys.path.insert(0, {str(torch_dir)!r}); {code}"
+        return subprocess.run(
+            [sys.executable, "-m", "tools.cli", "--repo", str(self.tmp), "run", "--",
+             sys.executable, "-c", code],
+            cwd=REPO_ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+
+    def test_run_refuses_to_shadow_a_torch_that_is_not_the_pinned_base(self):
+        version_py = (installed_torch().site / "torch" / "version.py").read_text()
+        other = self.tmp / "other-release"
+        (other / "torch").mkdir(parents=True)
+        (other / "torch" / "__init__.py").write_text("")
+        (other / "torch" / "version.py").write_text(
+            "__version__ = '2.14.1+cpu'\ngit_version = '0123456789abcdef'\n"
+        )
+        proc = self.run_with_torch_from(other, "import torch.distributed.tensor")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(
+            f"ImportError: torch-overlay (this interpreter: {sys.executable}): the torch it "
+            f"imports, {other / 'torch'}, is torch 2.14.1+cpu (git 0123456789ab), but the "
+            "overlay is made for torch 2.15.0 (git d0f2af8b66b2)",
+            proc.stderr,
+        )
+        # Checked lazily: a process that never imports torch pays nothing and is not refused.
+        proc = self.run_with_torch_from(other, "print('no torch')")
+        self.assertEqual((proc.returncode, proc.stdout), (0, "no torch\n"), proc.stderr)
+        # The pinned release, but the file the overlay replaces differs from the base.
+        drifted = self.tmp / "drifted"
+        (drifted / TARGET).parent.mkdir(parents=True)
+        (drifted / "torch" / "__init__.py").write_text("")
+        (drifted / "torch" / "version.py").write_text(version_py)
+        (drifted / TARGET).write_text("# edited in site-packages\n")
+        proc = self.run_with_torch_from(drifted, f"import {MODULE}")
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(
+            f"the overlay replaces {TARGET}, but {drifted / TARGET} has sha256 "
+            f"{sha256(b'# edited in site-packages' + bytes([10]))[:16]}…, where the pinned base "
+            "(torch 2.15.0 (git d0f2af8b66b2)) has sha256",
+            proc.stderr,
+        )
 
     def test_verify_fails_when_the_overlay_does_not_fix_a_reproducer(self):
         # This scratch series lacks the project's fixes, so every reproducer stays wrong.

@@ -3,6 +3,12 @@
 Standard library only: it is loaded in every Python process of an activated environment
 (from ``torch_overlay.pth``) or of a ``torch-overlay run`` (from ``run/sitecustomize.py``),
 before torch is imported. Nothing in site-packages is modified.
+
+The overlay is only correct on the release it was made for, and a child process may run
+another interpreter than the one that started it. So at the first ``torch`` import it sees,
+the hook checks the torch that this interpreter would import (its ``version.py``, read
+without importing torch, and the sha256 of every file the overlay replaces) against the pin
+that ``materialize`` wrote into the tree, and refuses with ImportError on any mismatch.
 """
 
 import importlib.machinery
@@ -11,6 +17,10 @@ import os
 import sys
 
 PYTHON_SUFFIX = ".py"
+# Written by tools/active.py materialize(): the pinned release and the base sha256 of the
+# files this tree replaces.
+PIN_NAME = "torch-overlay-pin.json"
+VERSION_FIELD = r"""^(__version__|git_version)\s*(?::[^=]*)?=\s*['"]([^'"]*)['"]"""
 
 
 class OverlayFinder:
@@ -28,8 +38,12 @@ class OverlayFinder:
                     if parts[-1] == "__init__":
                         parts.pop()
                     self.modules[".".join(parts)] = path
+        self.torch_checked = False
 
     def find_spec(self, fullname, path=None, target=None):
+        if not self.torch_checked and fullname.partition(".")[0] == "torch":
+            check_shadowed_torch(self.root)
+            self.torch_checked = True
         overlay_file = self.modules.get(fullname)
         if overlay_file is None:
             return None
@@ -46,6 +60,61 @@ class OverlayFinder:
 
     def invalidate_caches(self):
         pass
+
+
+def check_shadowed_torch(root):
+    """Raise ImportError unless the torch this interpreter imports is the one the overlay at
+    ``root`` was made for."""
+    import hashlib  # here, not at the top: interpreters that never import torch skip them
+    import json
+    import re
+
+    where = f"torch-overlay (this interpreter: {sys.executable})"
+    try:
+        with open(os.path.join(root, PIN_NAME)) as file:
+            pin = json.load(file)
+    except FileNotFoundError:
+        raise ImportError(
+            f"{where}: {root} has no {PIN_NAME} (made by an older torch-overlay, or removed "
+            "since); re-run torch-overlay activate or run"
+        ) from None
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        package = os.path.dirname(torch.__file__)
+    else:
+        spec = importlib.machinery.PathFinder.find_spec("torch")
+        if spec is None or not spec.origin:
+            return  # no torch to shadow: the import fails as it would without the overlay
+        package = os.path.dirname(spec.origin)
+    try:
+        with open(os.path.join(package, "version.py")) as file:
+            found = dict(re.findall(VERSION_FIELD, file.read(), re.M))
+    except FileNotFoundError:
+        found = {}
+    version = found.get("__version__", "unknown")
+    git_version = found.get("git_version", "unknown")
+    pinned = f"torch {pin['torch_version']} (git {pin['git_version'][:12]})"
+    if version.split("+", 1)[0] != pin["torch_version"] or git_version != pin["git_version"]:
+        raise ImportError(
+            f"{where}: the torch it imports, {package}, is torch {version} (git "
+            f"{git_version[:12]}), but the overlay is made for {pinned}; run this command "
+            "with a Python whose torch is the pinned release, or without the overlay"
+        )
+    site = os.path.dirname(package)
+    for rel, expected in sorted(pin["files"].items()):
+        path = os.path.join(site, rel)
+        try:
+            with open(path, "rb") as file:
+                actual = hashlib.sha256(file.read()).hexdigest()
+        except FileNotFoundError:
+            actual = None
+        if actual != expected:
+            state = f"has sha256 {actual[:16]}…" if actual else "is missing"
+            raise ImportError(
+                f"{where}: the overlay replaces {rel}, but {path} {state}, where the pinned "
+                f"base ({pinned}) has sha256 {expected[:16]}…; reinstall "
+                f"torch=={pin['torch_version']} in that environment"
+            )
 
 
 def install(root):
