@@ -16,12 +16,17 @@ setup(
         "ninja==1.13.2",  # torch.utils.cpp_extension builds the layout-contract test with it
         "expecttest==0.3.0",
         "pytest==9.2.0",
+        "pytest-timeout==2.4.0",  # upstream-test: a hung upstream test must not stall the gate
         "ghstack==0.18.0",
         "graphql-core==3.3.2",  # ghstack's offline fake GitHub, for the stack rehearsal
         "lintrunner==0.13.1",
         "lintrunner-adapters==0.14.1",
         "ruff==0.17.6",
         "clang-format==23.1.5",
+        # Upstream's flake8 and plugins, for the UPSTREAMLINT linter (tools/upstream.flake8).
+        "flake8==7.5.0",
+        "flake8-bugbear==23.3.23",
+        "flake8-comprehensions==3.12.0",
     ],
     entry_points={"console_scripts": ["torch-overlay=tools.cli:main"]},
 )

@@ -29,6 +29,20 @@ def main(argv: list[str] | None = None) -> int:
     verbs.add_parser("status", help="base, active patches, held-back patches, overlaid modules")
     verify = verbs.add_parser("verify", help="every reproducer on stock torch and the overlay")
     verify.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    gate = verbs.add_parser(
+        "upstream-test", help="upstream's tests for the touched modules, stock vs overlay"
+    )
+    source = gate.add_mutually_exclusive_group()
+    source.add_argument("--pytorch-src", type=Path, metavar="DIR", help="a PyTorch checkout")
+    source.add_argument("--tests", type=Path, metavar="DIR",
+                        help="a tree with upstream's test/ layout (default: .upstream-tests/)")  # fmt: skip
+    gate.add_argument("-k", dest="select", help="pytest -k expression, added to each file's own")
+    gate.add_argument("--timeout", type=float, default=1800, help="seconds per file and variant")
+    gate.add_argument("--test-timeout", type=float, default=600, help="seconds per test")
+    gate.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    gate.add_argument("--resume", action="store_true",
+                      help="reuse a file's earlier result when overlay, file and options match")  # fmt: skip
+    gate.add_argument("files", nargs="*", metavar="TEST_FILE", help="only these mapped files")
     for verb, text in (
         ("build", "apply the series as a branch of a PyTorch checkout and build it with CUDA"),
         ("stack", "prepare that branch for ghstack submit, with an offline rehearsal"),
@@ -111,6 +125,14 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         from tools.verify import verify
 
         return verify(repo, args.out or repo / "reports")
+    elif args.verb == "upstream-test":
+        from tools.upstream_test import upstream_test
+
+        return upstream_test(
+            repo, pytorch_src=args.pytorch_src, tests=args.tests, only=args.files,
+            select=args.select, timeout=args.timeout, test_timeout=args.test_timeout,
+            out=args.out, resume=args.resume,
+        )  # fmt: skip
     return 0
 
 

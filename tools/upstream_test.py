@@ -1,0 +1,276 @@
+"""`torch-overlay upstream-test`: upstream's own test files for every module the series
+touches, run once on stock torch and once with the overlay; only the differences are reported.
+
+Which files run is declared in ``patches/upstream.json`` ("tests": touched source path ->
+upstream test files, "select": an optional ``-k`` expression per file). Outcomes are read per
+test from pytest's junit XML. A test that passes on stock and fails, errors or does not run
+with the overlay is a regression (exit 1); one that fails on stock and passes with the overlay
+is listed as fixed; tests that fail or skip on both are counted only.
+
+The test files come from, in order: ``--pytorch-src DIR`` (a PyTorch checkout), ``--tests DIR``
+(any tree with upstream's ``test/`` layout), or the git-ignored cache ``.upstream-tests/``
+(filled from the stored upstream files; its ``manifest.jsonl`` names each file's commit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tools.active import environment, materialize
+from tools.base import OverlayError, read_series, read_upstream_map, sha256
+
+CACHE_DIR = ".upstream-tests"
+MANIFEST = "manifest.jsonl"
+PASSED, FAILED, SKIPPED, MISSING = "passed", "failed", "skipped", "not run"
+# pytest -q output, the junit XML and the report stay small; tracebacks are in the XML.
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit2", "-rN"]
+
+
+@dataclass
+class FileResult:
+    path: str
+    select: str | None
+    stock: dict[str, str] = field(default_factory=dict)  # test id -> outcome
+    overlay: dict[str, str] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # variant -> timeout / crash text
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[str]:
+        lost = [t for t, o in self.stock.items() if o == PASSED and self.overlay.get(t) != PASSED]
+        return sorted(lost)
+
+    @property
+    def fixed(self) -> list[str]:
+        return sorted(t for t, o in self.overlay.items()
+                      if o == PASSED and self.stock.get(t) == FAILED)  # fmt: skip
+
+    def counts(self, variant: str) -> dict[str, int]:
+        outcomes = list(getattr(self, variant).values())
+        return {o: outcomes.count(o) for o in (PASSED, FAILED, SKIPPED)}
+
+
+def series_digest(repo: Path) -> str:
+    """Names the series a report was made for, so a later reader can tell it is stale."""
+    names = read_series(repo)
+    return sha256(b"".join(n.encode() + (repo / "patches" / n).read_bytes() for n in names))
+
+
+def tree_digest(tree: Path) -> str:
+    """Names the overlay files a run used (uncommitted overlay edits included)."""
+    files = sorted(tree.rglob("*.py"))
+    return sha256(b"".join(f.relative_to(tree).as_posix().encode() + f.read_bytes() for f in files))
+
+
+def test_root(repo: Path, pytorch_src: Path | None, tests: Path | None) -> Path:
+    """The directory that holds upstream's ``test/`` tree."""
+    if pytorch_src is not None:
+        if not (pytorch_src / "test").is_dir() or not (pytorch_src / "torch").is_dir():
+            raise OverlayError(f"{pytorch_src} is not a PyTorch checkout (no test/ and torch/)")
+        return pytorch_src
+    if tests is not None:
+        if not (tests / "test").is_dir():
+            raise OverlayError(f"{tests} has no test/ directory (upstream's layout)")
+        return tests
+    cache = repo / CACHE_DIR
+    if (cache / MANIFEST).is_file():
+        return cache
+    raise OverlayError(
+        f"no upstream test files: give --pytorch-src DIR or --tests DIR, or fill {CACHE_DIR}/ "
+        "(README: 'Upstream's gates')"
+    )
+
+
+def manifest(root: Path) -> dict[str, dict]:
+    """The cache's record of where each file came from (empty for a checkout)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return {}
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {entry["path"]: entry for entry in entries}
+
+
+def planned_files(repo: Path, only: list[str]) -> list[tuple[str, str | None]]:
+    """(test file, -k selection) for every mapped file, in a stable order."""
+    upstream = read_upstream_map(repo)
+    files = sorted({f for tests in upstream.tests.values() for f in tests})
+    unknown = [f for f in only if f not in files]
+    if unknown:
+        raise OverlayError(f"not mapped in patches/upstream.json: {', '.join(unknown)}")
+    return [(f, upstream.select.get(f)) for f in files if not only or f in only]
+
+
+def combine_selections(*selections: str | None) -> str | None:
+    """One -k expression that requires each given one."""
+    given = [s for s in selections if s]
+    return given[0] if len(given) == 1 else " and ".join(f"({s})" for s in given) or None
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """Test id -> outcome from a junit XML file written by pytest."""
+    results = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        # classname is the dotted module path plus the class: keep the class, the file is known.
+        test_id = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name', '')}"
+        tags = {child.tag for child in case}
+        if tags & {"failure", "error"}:
+            results[test_id] = FAILED  # a failing teardown counts against the test too
+        elif "skipped" in tags:
+            results[test_id] = SKIPPED
+        else:
+            results.setdefault(test_id, PASSED)
+    return results
+
+
+def run_pytest(
+    root: Path, test_file: str, select: str | None, env: dict[str, str], junit: Path,
+    timeout: float, test_timeout: float,
+) -> str | None:  # fmt: skip
+    """Run one file; None when pytest finished (whatever the tests did), else the problem."""
+    with tempfile.TemporaryDirectory(prefix="upstream-test-") as scratch:
+        # An empty ini keeps this project's pytest settings away from upstream's files.
+        ini = Path(scratch) / "pytest.ini"
+        ini.write_text("[pytest]\n")
+        command = [
+            sys.executable, "-m", "pytest", str(root / test_file), *PYTEST_ARGS,
+            "-c", str(ini), "--rootdir", str(root), f"--junitxml={junit}",
+            f"--timeout={test_timeout:g}",  # pytest-timeout (a dependency)
+        ]  # fmt: skip
+        if select:
+            command += ["-k", select]
+        # Its own session, so a hung multi-process test is killed with all its children.
+        proc = subprocess.Popen(command, cwd=root / "test", env=env, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return f"timed out after {timeout:g} s"
+    if not junit.is_file():
+        tail = "\n".join(output.strip().splitlines()[-5:])
+        return f"pytest exited {proc.returncode} without a report:\n{tail}"
+    errors = [line[1:].strip() for line in output.splitlines() if line.startswith("E   ")]
+    if "error during collection" in output or "errors during collection" in output:
+        # Typically this stored upstream version needs a newer (or older) torch than the base.
+        return "does not import: " + (errors[-1] if errors else "collection error")
+    return None
+
+
+def run_file(
+    root: Path, test_file: str, select: str | None, tree: Path, out: Path,
+    timeout: float, test_timeout: float,
+) -> FileResult:  # fmt: skip
+    result = FileResult(test_file, select)
+    slug = test_file.replace("/", ".")
+    for variant, active in (("stock", None), ("overlay", tree)):
+        junit = out / variant / f"{slug}.xml"
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.unlink(missing_ok=True)
+        start = time.monotonic()
+        problem = run_pytest(root, test_file, select, environment(active), junit, timeout,
+                             test_timeout)  # fmt: skip
+        result.seconds[variant] = round(time.monotonic() - start, 1)
+        if problem:
+            result.problems[variant] = problem
+        else:
+            setattr(result, variant, outcomes(junit))
+        print(f"  {variant}: {format_counts(result, variant)} ({result.seconds[variant]} s)",
+              flush=True)  # fmt: skip
+    if "overlay" in result.problems and "stock" not in result.problems:
+        # Everything that passed on stock did not run with the overlay.
+        result.overlay = {t: MISSING for t in result.stock}
+    return result
+
+
+def format_counts(result: FileResult, variant: str) -> str:
+    if variant in result.problems:
+        return result.problems[variant].splitlines()[0]
+    c = result.counts(variant)
+    return f"{c[PASSED]} passed, {c[FAILED]} failed, {c[SKIPPED]} skipped"
+
+
+def report(results: list[FileResult], unavailable: list[str], origin: dict[str, dict]) -> str:
+    lines = ["| upstream test file | commit | stock | overlay | regressions | fixed |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results:
+        commit = origin.get(r.path, {}).get("commit", "checkout")[:12]
+        name = r.path + (f" -k '{r.select}'" if r.select else "")
+        lines.append(f"| {name} | {commit} | {format_counts(r, 'stock')} | "
+                     f"{format_counts(r, 'overlay')} | {len(r.regressions)} | {len(r.fixed)} |")  # fmt: skip
+    for path in unavailable:
+        lines.append(f"| {path} | — | not available | not available | — | — |")
+    for r in results:
+        lines += [f"- REGRESSION {r.path}::{t} "
+                  f"(stock {r.stock[t]}, overlay {r.overlay.get(t, MISSING)})"
+                  for t in r.regressions]  # fmt: skip
+        lines += [f"- fixed {r.path}::{t}" for t in r.fixed]
+    return "\n".join(lines) + "\n"
+
+
+def upstream_test(
+    repo: Path, *, pytorch_src: Path | None = None, tests: Path | None = None,
+    only: list[str] = (), select: str | None = None, timeout: float = 1800,
+    test_timeout: float = 600, out: Path | None = None, resume: bool = False,
+) -> int:  # fmt: skip
+    root = test_root(repo, pytorch_src, tests)
+    plan = planned_files(repo, list(only))
+    origin = manifest(root)
+    out = out or repo / "reports"
+    junit_dir = out / "upstream-test"
+    results, unavailable = [], []
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        summary = materialize(repo, tree).summary()
+        digest = tree_digest(tree)
+        print(f"torch-overlay upstream-test: {summary}; test files from {root}", flush=True)
+        for test_file, mapped_select in plan:
+            if not (root / test_file).is_file():
+                unavailable.append(test_file)
+                continue
+            recorded = origin.get(test_file)
+            if recorded and sha256((root / test_file).read_bytes()) != recorded["sha256"]:
+                raise OverlayError(f"{root / test_file} differs from its manifest entry")
+            chosen = combine_selections(mapped_select, select)
+            print(f"{test_file}" + (f" -k '{chosen}'" if chosen else ""), flush=True)
+            # What decides a file's outcome; --resume reuses a result made under the same.
+            key = {"overlay": digest, "test": sha256((root / test_file).read_bytes()),
+                   "select": chosen, "timeout": timeout, "test_timeout": test_timeout}  # fmt: skip
+            saved = junit_dir / f"{test_file.replace('/', '.')}.json"
+            earlier = json.loads(saved.read_text()) if resume and saved.is_file() else {}
+            if earlier.get("key") == key:
+                results.append(FileResult(**earlier["result"]))
+                print("  reused the result of an earlier run with the same overlay", flush=True)
+                continue
+            results.append(run_file(root, test_file, chosen, tree, junit_dir, timeout,
+                                    test_timeout))  # fmt: skip
+            saved.write_text(json.dumps({"key": key, "result": asdict(results[-1])}) + "\n")
+    text = report(results, unavailable, origin)
+    regressions = sum(len(r.regressions) for r in results)
+    fixed = sum(len(r.fixed) for r in results)
+    verdict = (f"{len(results)} file(s) run, {len(unavailable)} not available; "
+               f"{regressions} regression(s), {fixed} fixed")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
+    (out / "upstream-test.json").write_text(json.dumps({
+        "series": series_digest(repo), "source": str(root), "regressions": regressions, "fixed": fixed,
+        "unavailable": unavailable,
+        "files": [{
+            "path": r.path, "select": r.select,
+            "commit": origin.get(r.path, {}).get("commit"),
+            "stock": r.counts("stock"), "overlay": r.counts("overlay"),
+            "problems": r.problems, "seconds": r.seconds,
+            "regressions": r.regressions, "fixed": r.fixed,
+        } for r in results],
+    }, indent=2) + "\n")  # fmt: skip
+    print(text + verdict + f"; report in {out}/upstream-test.md")
+    return 1 if regressions else 0
