@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools.active import environment, materialize
-from tools.base import OverlayError, read_series, read_upstream_map, sha256
+from tools.base import OverlayError, read_upstream_map, series_digest, sha256
 
 CACHE_DIR = ".upstream-tests"
 MANIFEST = "manifest.jsonl"
@@ -57,12 +57,6 @@ class FileResult:
     def counts(self, variant: str) -> dict[str, int]:
         outcomes = list(getattr(self, variant).values())
         return {o: outcomes.count(o) for o in (PASSED, FAILED, SKIPPED)}
-
-
-def series_digest(repo: Path) -> str:
-    """Names the series a report was made for, so a later reader can tell it is stale."""
-    names = read_series(repo)
-    return sha256(b"".join(n.encode() + (repo / "patches" / n).read_bytes() for n in names))
 
 
 def tree_digest(tree: Path) -> str:

@@ -1,0 +1,459 @@
+"""DTensor dispatch cost per op: stock torch vs the overlay, measured in one run.
+
+    python benchmarks/dtensor_dispatch.py [--reps N] [--quick] [--only TEXT] [--out FILE]
+
+Starts two long-lived worker processes, one on stock torch and one with the overlay's
+active patches, and drives them with interleaved repetitions (stock rep i, overlay rep i,
+stock rep i+1, ...) so that machine noise hits both alike. Each worker is rank 0 of 2 on the
+fake process group: DTensor dispatch (C++ fast path, sharding propagation, redistribution)
+runs as on a real rank, collectives are counted (CommDebugMode) but move no data, and local
+tensors are tiny so the time is dispatch, not compute. A repetition times a batch of calls
+(about --rep-ms long) and reports the time per call: the worker's CPU time
+(time.process_time), so that time spent waiting for a core while other processes run does
+not count; the wall time is kept in the JSON report too.
+
+Prints per row: median CPU us per call (stock, overlay), the spread (interquartile range of the
+repetitions), the overlay/stock ratio (median of the per-repetition ratios, with their
+IQR), collectives per call and the bytes this rank would send for them (ring algorithm);
+then the size of the sharding-propagation caches in each worker. Flags rows slower than
+1.05x and rows whose caches keep growing after warm-up (one entry per distinct value, say).
+Writes everything, with the worst ratio, to reports/dtensor_dispatch.json (--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD_SIZE = 2
+RATIO_LIMIT = 1.05
+
+
+# --------------------------------------------------------------------------------------
+# Worker side: runs in each variant's process.
+
+
+def cases(mesh):
+    """(name, setup) pairs; setup() returns a callable that runs the op once."""
+    import torch
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    def dtensor(placement):
+        # 8 x 8 globally, so t(), mm(x, x) and a Partial grad of a sharded param all fit
+        rows = 8 // WORLD_SIZE if isinstance(placement, Shard) else 8
+        return DTensor.from_local(torch.rand(rows, 8), mesh, [placement], run_check=False)
+
+    def op(placement, fn):
+        def setup():
+            x = dtensor(placement)
+            return lambda: fn(x)
+
+        return setup
+
+    def fill_new_scalar():
+        x, counter = dtensor(Shard(0)), iter(range(1 << 62))
+        return lambda: x.fill_(next(counter) * 0.5)
+
+    def copy_into(placement):
+        def setup():
+            dst, src = dtensor(placement), dtensor(placement)
+            return lambda: dst.copy_(src)
+
+        return setup
+
+    def addcmul_twice():
+        out, x = dtensor(Replicate()), dtensor(Partial())
+        return lambda: out.addcmul_(x, x, value=0.0)
+
+    def adam(param_placement, grad_placement):
+        def setup():
+            weight = torch.nn.Parameter(dtensor(param_placement))
+            weight.grad = dtensor(grad_placement)
+            return torch.optim.Adam([weight], lr=1e-3).step
+
+        return setup
+
+    def tp_mlp():
+        model = torch.nn.Sequential(
+            torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)
+        )
+        parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        batch = torch.rand(4, 16)
+        return lambda: model(batch).sum().backward()
+
+    S, R, P = Shard(0), Replicate(), Partial()
+    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    return [
+        ("fill_(1.5) S(0), same scalar", op(S, lambda x: x.fill_(1.5))),
+        ("fill_(v) S(0), new scalar each call", fill_new_scalar),
+        ("zero_() S(0)", op(S, lambda x: x.zero_())),
+        ("fill_(0.0) P(sum)", op(P, lambda x: x.fill_(0.0))),
+        ("zero_() P(sum)", op(P, lambda x: x.zero_())),
+        ("to(f32, copy) R", op(R, lambda x: x.to(f32, copy=True))),
+        ("to(bf16) R", op(R, lambda x: x.to(bf16))),
+        ("to(int32) R", op(R, lambda x: x.to(i32))),
+        ("to(bf16) S(0)", op(S, lambda x: x.to(bf16))),
+        ("to(f32, copy) P(sum)", op(P, lambda x: x.to(f32, copy=True))),
+        ("to(bf16) P(sum)", op(P, lambda x: x.to(bf16))),
+        ("to(int32) P(sum)", op(P, lambda x: x.to(i32))),
+        ("copy_ R <- R", copy_into(R)),
+        ("copy_ P(sum) <- P(sum)", copy_into(P)),
+        ("view(-1) S(0)", op(S, lambda x: x.view(-1))),
+        ("t() S(0)", op(S, lambda x: x.t())),
+        ("detach() S(0)", op(S, lambda x: x.detach())),
+        ("clone() S(0)", op(S, lambda x: x.clone())),
+        ("view(-1) P(sum)", op(P, lambda x: x.view(-1))),
+        ("t() P(sum)", op(P, lambda x: x.t())),
+        ("detach() P(sum)", op(P, lambda x: x.detach())),
+        ("clone() P(sum)", op(P, lambda x: x.clone())),
+        ("clone() P(product)", op(Partial("product"), lambda x: x.clone())),
+        ("x * x, x = P(sum)", op(P, lambda x: x * x)),
+        ("torch.add(x, x), x = P(sum)", op(P, lambda x: torch.add(x, x))),
+        ("R.addcmul_(x, x), x = P(sum)", addcmul_twice),
+        ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
+        ("new_empty P(sum)", op(P, lambda x: x.new_empty((8, 8)))),
+        ("new_empty_strided P(sum)", op(P, lambda x: x.new_empty_strided((8, 8), (8, 1)))),
+        ("empty_like P(sum)", op(P, lambda x: torch.empty_like(x))),
+        ("Adam.step R param, R grad", adam(R, R)),
+        ("Adam.step R param, P(sum) grad", adam(R, P)),
+        ("Adam.step S(0) param, P(sum) grad", adam(S, P)),
+        ("TP MLP fwd+bwd (Colwise+Rowwise)", tp_mlp),
+    ]
+
+
+def cache_sizes() -> dict[str, int]:
+    """Entries in the sharding-propagation caches of this process. The C++ fast-path cache
+    exposes only (hits, misses); every miss that computes a key inserts one entry."""
+    from torch.distributed.tensor import debug
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    return {
+        "native_fast_path": debug._get_fast_path_sharding_prop_cache_stats()[1],
+        "python_sharding": debug._get_python_sharding_prop_cache_info().currsize,
+        "python_tensor_meta": ShardingPropagator._propagate_tensor_meta_cached.cache_info().currsize,
+    }
+
+
+def ring_bytes(op_name: str, input_bytes: int) -> float:
+    """Bytes one rank sends for a collective with a ring algorithm (NCCL's default)."""
+    n = WORLD_SIZE
+    if "all_reduce" in op_name:
+        return 2 * (n - 1) / n * input_bytes
+    if "reduce_scatter" in op_name or "all_to_all" in op_name:
+        return (n - 1) / n * input_bytes
+    if "all_gather" in op_name:
+        return (n - 1) * input_bytes
+    return input_bytes
+
+
+def collectives_of(run) -> tuple[dict[str, int], int]:
+    """Collectives one call issues, by name, and the bytes this rank would send for them."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.debug._comm_mode import c10d_collective_ops
+    from torch.utils._pytree import tree_leaves
+
+    class CommBytesMode(CommDebugMode):
+        sent = 0.0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            packet = getattr(func, "_overloadpacket", None)
+            if out is not NotImplemented and (
+                packet in self.comm_registry or packet in c10d_collective_ops
+            ):
+                leaves = tree_leaves((args, kwargs))
+                input_bytes = sum(t.nbytes for t in leaves if hasattr(t, "nbytes"))
+                self.sent += ring_bytes(str(packet), input_bytes)
+            return out
+
+    with CommBytesMode() as comm:
+        run()
+    counts = {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()}
+    return counts, round(comm.sent)
+
+
+def prepare(run, rep_ms: float) -> dict:
+    """Warm the caches, count collectives, and pick how many calls one repetition makes."""
+    run()
+    run()
+    collectives, nbytes = collectives_of(run)
+    calls, start = 0, time.process_time()
+    while calls < 5 or time.process_time() - start < 0.02:
+        run()
+        calls += 1
+    per_call = (time.process_time() - start) / calls
+    return {
+        "collectives": collectives,
+        "bytes": nbytes,
+        "calls_per_rep": max(1, min(10_000, round(rep_ms / 1e3 / per_call))),
+    }
+
+
+def time_rep(run, calls: int) -> dict:
+    before = cache_sizes()
+    gc.disable()  # a collection inside one variant's batch would be noise, not cost
+    try:
+        start_cpu, start_wall = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            run()
+        cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start_wall
+    finally:
+        gc.enable()
+    growth = sum(cache_sizes().values()) - sum(before.values())
+    return {"us": 1e6 * cpu / calls, "wall_us": 1e6 * wall / calls, "cache_growth": growth}
+
+
+def worker(rep_ms: float) -> None:
+    """Answer one JSON request per stdin line with one JSON line on the original stdout."""
+    import os
+
+    reply_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything torch prints goes to stderr, not into the replies
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    torch.set_num_threads(1)  # two workers share this machine's cores
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
+    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+    setups = dict(cases(mesh))
+    runs: dict[str, object] = {}
+
+    def reply(message: dict) -> None:
+        reply_stream.write(json.dumps(message) + "\n")
+        reply_stream.flush()
+
+    reply({"rows": list(setups)})
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["cmd"] == "prepare":
+                runs[request["row"]] = setups[request["row"]]()
+                reply(prepare(runs[request["row"]], rep_ms))
+            elif request["cmd"] == "rep":
+                reply(time_rep(runs[request["row"]], request["calls"]))
+            elif request["cmd"] == "caches":
+                reply(cache_sizes())
+        except Exception as error:  # a row the variant refuses: report it, keep going
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
+
+
+# --------------------------------------------------------------------------------------
+# Driver side.
+
+
+class Worker:
+    def __init__(self, label: str, env: dict[str, str], rep_ms: float, log_dir: Path):
+        self.label = label
+        self.log = log_dir / f"{label}.stderr"
+        command = [sys.executable, __file__, "--worker", "--rep-ms", str(rep_ms)]
+        self.proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log.open("w"),
+            text=True,
+        )
+        self.rows = self.receive()["rows"]
+
+    def receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.stderr.write(self.log.read_text())
+            raise SystemExit(f"the {self.label} worker exited (stderr above)")
+        return json.loads(line)
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
+def summarize(name: str, prepared: dict, reps: dict) -> dict:
+    row: dict = {"name": name}
+    for label in ("stock", "overlay"):
+        if "error" in prepared[label]:
+            row[label] = {"error": prepared[label]["error"]}
+            continue
+        times = [r["us"] for r in reps[label]]
+        calls = prepared[label]["calls_per_rep"] * len(times)
+        row[label] = {
+            "median_us": statistics.median(times),
+            "median_wall_us": statistics.median(r["wall_us"] for r in reps[label]),
+            "iqr_us": quartiles(times),
+            "min_us": min(times),
+            "max_us": max(times),
+            "collectives": prepared[label]["collectives"],
+            "bytes": prepared[label]["bytes"],
+            "calls": calls,
+            "cache_growth_per_call": sum(r["cache_growth"] for r in reps[label]) / calls,
+        }
+    if "error" in row["stock"] or "error" in row["overlay"]:
+        row["ratio"] = None
+        row["flags"] = ["error"]
+        return row
+    paired = [o["us"] / s["us"] for s, o in zip(reps["stock"], reps["overlay"], strict=True)]
+    row["ratio"] = statistics.median(paired)
+    row["ratio_iqr"] = quartiles(paired)
+    row["flags"] = []
+    if row["ratio"] > RATIO_LIMIT:
+        changed = row["stock"]["collectives"] != row["overlay"]["collectives"]
+        row["flags"].append("slower, collectives changed" if changed else "slower")
+    if row["overlay"]["cache_growth_per_call"] > 0:
+        row["flags"].append("cache grows (overlay)")
+    if row["stock"]["cache_growth_per_call"] > 0:
+        row["flags"].append("cache grows (stock)")
+    return row
+
+
+def collectives_text(result: dict) -> str:
+    if "error" in result:
+        return "error"
+    total = sum(result["collectives"].values())
+    return f"{total} ({result['bytes']} B)" if total else "0"
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (
+        f"{'row':38} {'stock us':>9} {'IQR':>13} {'overlay us':>10} {'IQR':>13} "
+        f"{'ratio':>7} {'ratio IQR':>11} {'coll. stock':>11} {'coll. overlay':>13}  flags"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        s, o = row["stock"], row["overlay"]
+        medians, spreads = [], []
+        for result in (s, o):
+            if "error" in result:
+                medians.append("error")
+                spreads.append("")
+            else:
+                q1, q3 = result["iqr_us"]
+                medians.append(f"{result['median_us']:.1f}")
+                spreads.append(f"{q1:.1f}-{q3:.1f}")
+        if row["ratio"] is None:
+            ratio = f"{'-':>7} {'':>11}"
+        else:
+            r1, r3 = row["ratio_iqr"]
+            ratio = f"{row['ratio']:>6.2f}x {f'{r1:.2f}-{r3:.2f}':>11}"
+        print(
+            f"{row['name']:38} {medians[0]:>9} {spreads[0]:>13} {medians[1]:>10} {spreads[1]:>13} {ratio} "
+            f"{collectives_text(s):>11} {collectives_text(o):>13}  {', '.join(row['flags'])}"
+        )
+    for row in rows:
+        for label in ("stock", "overlay"):
+            if "error" in row[label]:
+                print(f"  {row['name']} ({label}): {row[label]['error']}")
+            elif row[label]["cache_growth_per_call"] > 0:
+                growth = row[label]["cache_growth_per_call"]
+                print(f"  {row['name']} ({label}): caches grow by {growth:.2f} entries per call")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=51, help="repetitions per row and variant")
+    parser.add_argument("--rep-ms", type=float, default=5.0, help="ms per repetition")
+    parser.add_argument("--quick", action="store_true", help="3 short repetitions (smoke test)")
+    parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
+    parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_dispatch.json")
+    args = parser.parse_args()
+    if args.quick:
+        args.reps, args.rep_ms = 3, 2.0
+    if args.worker:
+        worker(args.rep_ms)
+        return
+
+    sys.path.insert(0, str(REPO))
+    from tools.active import environment, materialize
+    from tools.base import series_digest
+
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        plan = materialize(REPO, tree)
+        workers = {
+            "stock": Worker("stock", environment(None), args.rep_ms, Path(scratch)),
+            "overlay": Worker("overlay", environment(tree), args.rep_ms, Path(scratch)),
+        }
+        names = [
+            n for n in workers["stock"].rows if not args.only or any(t in n for t in args.only)
+        ]
+        if not names:
+            raise SystemExit(f"no row matches {args.only}")
+        rows = []
+        for name in names:
+            prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
+            reps: dict[str, list] = {"stock": [], "overlay": []}
+            if not any("error" in p for p in prepared.values()):
+                for _ in range(args.reps):  # interleaved: stock rep i, overlay rep i, ...
+                    for label, w in workers.items():
+                        calls = prepared[label]["calls_per_rep"]
+                        reps[label].append(w.ask(cmd="rep", row=name, calls=calls))
+            rows.append(summarize(name, prepared, reps))
+        caches = {label: w.ask(cmd="caches") for label, w in workers.items()}
+        for w in workers.values():
+            w.close()
+
+    print(f"overlay: {plan.summary()}; rank 0 of {WORLD_SIZE} on the fake process group, "
+          f"median of {args.reps} interleaved repetitions of ~{args.rep_ms:g} ms, CPU us per call")  # fmt: skip
+    print_table(rows)
+    print("sharding-propagation cache entries after the run:")
+    for label, sizes in caches.items():
+        print(f"  {label:8} " + ", ".join(f"{k} {v}" for k, v in sizes.items()))
+
+    timed = [r for r in rows if r["ratio"] is not None]
+    worst = max(timed, key=lambda r: r["ratio"], default=None)
+    flagged = [r["name"] for r in rows if r["flags"]]
+    if worst:
+        print(f"worst ratio: {worst['ratio']:.2f}x ({worst['name']}); "
+              f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x, cache growth or error)")  # fmt: skip
+    report = {
+        "series": series_digest(REPO),  # so verify can tell a report made for another series
+        "overlay": plan.summary(),
+        "world_size": WORLD_SIZE,
+        "reps": args.reps,
+        "rep_ms": args.rep_ms,
+        "ratio_limit": RATIO_LIMIT,
+        "worst": {"row": worst["name"], "ratio": worst["ratio"]} if worst else None,
+        "flagged": flagged,
+        "caches": caches,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
