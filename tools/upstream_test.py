@@ -22,11 +22,17 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.active import environment, materialize
-from tools.base import OverlayError, read_upstream_map, series_digest, sha256
+from tools.base import (
+    OverlayError,
+    installed_torch,
+    read_upstream_map,
+    series_digest,
+    sha256,
+)
 
 CACHE_DIR = ".upstream-tests"
 MANIFEST = "manifest.jsonl"
@@ -160,26 +166,46 @@ def run_pytest(
     return None
 
 
+def run_variant(
+    root: Path, test_file: str, select: str | None, env: dict[str, str], junit: Path,
+    timeout: float, test_timeout: float,
+) -> dict:  # fmt: skip
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    start = time.monotonic()
+    problem = run_pytest(root, test_file, select, env, junit, timeout, test_timeout)
+    return {"seconds": round(time.monotonic() - start, 1), "problem": problem,
+            "outcomes": None if problem else outcomes(junit)}  # fmt: skip
+
+
 def run_file(
     root: Path, test_file: str, select: str | None, tree: Path, out: Path,
-    timeout: float, test_timeout: float,
+    timeout: float, test_timeout: float, keys: dict[str, dict], resume: bool,
 ) -> FileResult:  # fmt: skip
+    """Run one file on stock and with the overlay. With ``resume``, a variant whose key (what
+    decides its outcome) matches the saved run of an earlier call is not run again: stock
+    results survive any change to the overlay."""
     result = FileResult(test_file, select)
     slug = test_file.replace("/", ".")
+    saved_path = out / f"{slug}.json"
+    saved = json.loads(saved_path.read_text()) if resume and saved_path.is_file() else {}
     for variant, active in (("stock", None), ("overlay", tree)):
-        junit = out / variant / f"{slug}.xml"
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.unlink(missing_ok=True)
-        start = time.monotonic()
-        problem = run_pytest(root, test_file, select, environment(active), junit, timeout,
-                             test_timeout)  # fmt: skip
-        result.seconds[variant] = round(time.monotonic() - start, 1)
-        if problem:
-            result.problems[variant] = problem
+        run, note = saved.get(variant, {}), ", reused"
+        if run.get("key") != keys[variant]:
+            junit = out / variant / f"{slug}.xml"
+            run = run_variant(root, test_file, select, environment(active), junit, timeout,
+                              test_timeout)  # fmt: skip
+            run, note = {"key": keys[variant], **run}, ""
+        saved[variant] = run
+        result.seconds[variant] = run["seconds"]
+        if run["problem"]:
+            result.problems[variant] = run["problem"]
         else:
-            setattr(result, variant, outcomes(junit))
-        print(f"  {variant}: {format_counts(result, variant)} ({result.seconds[variant]} s)",
+            setattr(result, variant, run["outcomes"])
+        print(f"  {variant}: {format_counts(result, variant)} ({run['seconds']} s{note})",
               flush=True)  # fmt: skip
+    saved_path.parent.mkdir(parents=True, exist_ok=True)
+    saved_path.write_text(json.dumps(saved) + "\n")
     if "overlay" in result.problems and "stock" not in result.problems:
         # Everything that passed on stock did not run with the overlay.
         result.overlay = {t: MISSING for t in result.stock}
@@ -226,6 +252,7 @@ def upstream_test(
         tree = Path(scratch) / "tree"
         summary = materialize(repo, tree).summary()
         digest = tree_digest(tree)
+        torch_git = installed_torch().git_version
         print(f"torch-overlay upstream-test: {summary}; test files from {root}", flush=True)
         for test_file, mapped_select in plan:
             if not (root / test_file).is_file():
@@ -236,18 +263,12 @@ def upstream_test(
                 raise OverlayError(f"{root / test_file} differs from its manifest entry")
             chosen = combine_selections(mapped_select, select)
             print(f"{test_file}" + (f" -k '{chosen}'" if chosen else ""), flush=True)
-            # What decides a file's outcome; --resume reuses a result made under the same.
-            key = {"overlay": digest, "test": sha256((root / test_file).read_bytes()),
-                   "select": chosen, "timeout": timeout, "test_timeout": test_timeout}  # fmt: skip
-            saved = junit_dir / f"{test_file.replace('/', '.')}.json"
-            earlier = json.loads(saved.read_text()) if resume and saved.is_file() else {}
-            if earlier.get("key") == key:
-                results.append(FileResult(**earlier["result"]))
-                print("  reused the result of an earlier run with the same overlay", flush=True)
-                continue
+            test_sha = sha256((root / test_file).read_bytes())
+            stock_key = {"torch": torch_git, "test": test_sha, "select": chosen,
+                         "timeout": timeout, "test_timeout": test_timeout}  # fmt: skip
+            keys = {"stock": stock_key, "overlay": {**stock_key, "overlay": digest}}
             results.append(run_file(root, test_file, chosen, tree, junit_dir, timeout,
-                                    test_timeout))  # fmt: skip
-            saved.write_text(json.dumps({"key": key, "result": asdict(results[-1])}) + "\n")
+                                    test_timeout, keys, resume))  # fmt: skip
     text = report(results, unavailable, origin)
     regressions = sum(len(r.regressions) for r in results)
     fixed = sum(len(r.fixed) for r in results)

@@ -92,12 +92,16 @@ class UpstreamTestTest(TestCase):
         self.assertEqual(code, 0)
         self.assertEqual(report["fixed"], 1)
         self.assertEqual(report["files"][0]["stock"]["passed"], 2)
-        # --resume reuses that result for the same overlay, file and options, and only then.
+        # --resume reuses each variant's result while what decides it is the same: the
+        # stock run survives a change of the overlay, the overlay run does not.
         code, again, printed = self.gate(select="not broken_by_patch", resume=True)
-        self.assertIn("reused the result of an earlier run", printed)
-        self.assertEqual((code, again["files"]), (0, report["files"]))
-        code, _, printed = self.gate(select="not broken_by_patch", resume=True, test_timeout=99)
-        self.assertNotIn("reused", printed)
+        self.assertEqual(printed.count(" s, reused)"), 2)
+        self.assertEqual((code, again["files"][0]["fixed"]), (0, report["files"][0]["fixed"]))
+        self.project.commit_edit(TARGET, "import collections", "import collections  # edit",
+                                 GOOD_MESSAGE)  # fmt: skip
+        code, _, printed = self.gate(select="not broken_by_patch", resume=True)
+        self.assertIn(" s, reused)", printed.split("  overlay:")[0])
+        self.assertNotIn("reused", printed.split("  overlay:")[1])
 
     def test_a_hanging_test_is_a_regression_not_a_stalled_run(self):
         code, report, _ = self.gate(hang=True, select="hangs", test_timeout=5)
