@@ -100,13 +100,13 @@ def manifest(root: Path) -> dict[str, dict]:
 
 
 def planned_files(repo: Path, only: list[str]) -> list[tuple[str, str | None]]:
-    """(test file, -k selection) for every mapped file, in a stable order."""
+    """(test file, -k selection) for ``only`` in that order, or for every mapped file."""
     upstream = read_upstream_map(repo)
     files = sorted({f for tests in upstream.tests.values() for f in tests})
     unknown = [f for f in only if f not in files]
     if unknown:
         raise OverlayError(f"not mapped in patches/upstream.json: {', '.join(unknown)}")
-    return [(f, upstream.select.get(f)) for f in files if not only or f in only]
+    return [(f, upstream.select.get(f)) for f in (only or files)]
 
 
 def combine_selections(*selections: str | None) -> str | None:
@@ -237,6 +237,36 @@ def report(results: list[FileResult], unavailable: list[str], origin: dict[str, 
     return "\n".join(lines) + "\n"
 
 
+def write_report(
+    repo: Path, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
+    unavailable: list[str], pending: list[str], quiet: bool = False,
+) -> int:  # fmt: skip
+    """Write reports/upstream-test.{md,json}; return the number of regressions."""
+    text = report(results, unavailable, origin)
+    regressions = sum(len(r.regressions) for r in results)
+    fixed = sum(len(r.fixed) for r in results)
+    verdict = (f"{len(results)} file(s) run, {len(unavailable)} not available; "
+               f"{regressions} regression(s), {fixed} fixed")  # fmt: skip
+    if pending:
+        verdict += f"; still to run: {', '.join(pending)}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
+    (out / "upstream-test.json").write_text(json.dumps({
+        "series": series_digest(repo), "source": str(root), "regressions": regressions,
+        "fixed": fixed, "unavailable": unavailable, "pending": pending,
+        "files": [{
+            "path": r.path, "select": r.select,
+            "commit": origin.get(r.path, {}).get("commit"),
+            "stock": r.counts("stock"), "overlay": r.counts("overlay"),
+            "problems": r.problems, "seconds": r.seconds,
+            "regressions": r.regressions, "fixed": r.fixed,
+        } for r in results],
+    }, indent=2) + "\n")  # fmt: skip
+    if not quiet:
+        print(text + verdict + f"; report in {out}/upstream-test.md")
+    return regressions
+
+
 def upstream_test(
     repo: Path, *, pytorch_src: Path | None = None, tests: Path | None = None,
     only: list[str] = (), select: str | None = None, timeout: float = 1800,
@@ -260,7 +290,8 @@ def upstream_test(
                 continue
             recorded = origin.get(test_file)
             if recorded and sha256((root / test_file).read_bytes()) != recorded["sha256"]:
-                raise OverlayError(f"{root / test_file} differs from its manifest entry")
+                unavailable.append(f"{test_file} (differs from its manifest entry)")
+                continue
             chosen = combine_selections(mapped_select, select)
             print(f"{test_file}" + (f" -k '{chosen}'" if chosen else ""), flush=True)
             test_sha = sha256((root / test_file).read_bytes())
@@ -269,23 +300,8 @@ def upstream_test(
             keys = {"stock": stock_key, "overlay": {**stock_key, "overlay": digest}}
             results.append(run_file(root, test_file, chosen, tree, junit_dir, timeout,
                                     test_timeout, keys, resume))  # fmt: skip
-    text = report(results, unavailable, origin)
-    regressions = sum(len(r.regressions) for r in results)
-    fixed = sum(len(r.fixed) for r in results)
-    verdict = (f"{len(results)} file(s) run, {len(unavailable)} not available; "
-               f"{regressions} regression(s), {fixed} fixed")  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
-    (out / "upstream-test.json").write_text(json.dumps({
-        "series": series_digest(repo), "source": str(root), "regressions": regressions, "fixed": fixed,
-        "unavailable": unavailable,
-        "files": [{
-            "path": r.path, "select": r.select,
-            "commit": origin.get(r.path, {}).get("commit"),
-            "stock": r.counts("stock"), "overlay": r.counts("overlay"),
-            "problems": r.problems, "seconds": r.seconds,
-            "regressions": r.regressions, "fixed": r.fixed,
-        } for r in results],
-    }, indent=2) + "\n")  # fmt: skip
-    print(text + verdict + f"; report in {out}/upstream-test.md")
+            # After every file, so a run that is stopped still leaves what it found.
+            pending = [f for f, _ in plan[plan.index((test_file, mapped_select)) + 1 :]]
+            write_report(repo, out, root, origin, results, unavailable, pending, quiet=True)
+    regressions = write_report(repo, out, root, origin, results, unavailable, pending=[])
     return 1 if regressions else 0
