@@ -1,5 +1,11 @@
 """`torch-overlay verify`: run every reproducer on stock torch and with the overlay, print a
-table, write it as Markdown and JSON, and fail if any reproducer fails with the overlay."""
+table, write it as Markdown and JSON, and fail if any reproducer fails with the overlay.
+
+Below the table it shows upstream's gates, so a reader sees whether the series is ready to
+submit: upstream's own tests (from the last `upstream-test` report), upstream's lint rules on
+the patched files (run now), and the worst ratio of `benchmarks/dtensor_dispatch.py` (from
+its last report). A report made for another series is shown as stale, not as a result.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import json
 import sys
 from pathlib import Path
 
+from tools import lint_upstream
 from tools.active import run_stock_and_overlay
+from tools.base import series_digest
 from tools.reproducers import load_all
 
 
@@ -21,6 +29,61 @@ def cell(result: dict, width: int = 160) -> str:
     detail = result["detail"]
     detail = detail if len(detail) <= width else detail[: width - 1] + "…"
     return ("ok: " if result["ok"] else "WRONG: ") + detail
+
+
+def saved_report(path: Path, repo: Path, how: str) -> tuple[dict | None, str]:
+    """A gate's last report, or None and why it cannot be used."""
+    if not path.is_file():
+        return None, f"not run: {how}"
+    data = json.loads(path.read_text())
+    if data.get("series") != series_digest(repo):
+        return None, f"stale (made for another series): {how}"
+    return data, ""
+
+
+def gates(repo: Path, out_dir: Path) -> list[dict]:
+    """One row per gate: name, ok (None when there is no current result) and detail."""
+    rows = []
+    data, why = saved_report(out_dir / "upstream-test.json", repo, "torch-overlay upstream-test")
+    if data is None:
+        rows.append({"gate": "upstream's tests", "ok": None, "detail": why})
+    else:
+        names = [f"{f['path']}::{t}" for f in data["files"] for t in f["regressions"]]
+        detail = (f"{len(data['files'])} file(s) run, {data['regressions']} regression(s)"
+                  + (f" ({', '.join(names)})" if names else "") + f", {data['fixed']} fixed")  # fmt: skip
+        if data.get("pending"):
+            detail += f"; {len(data['pending'])} file(s) not run yet"
+        rows.append({"gate": "upstream's tests", "ok": not names and not data.get("pending"),
+                     "detail": detail, "regressions": names})  # fmt: skip
+    findings = [json.loads(m) for m in lint_upstream.lint(repo)]
+    rows.append({
+        "gate": "upstream's lint rules on patched files", "ok": not findings,
+        "detail": f"{len(findings)} new warning(s)" + "".join(
+            f"; {f['path'].removeprefix('patches/')}: {f['description'].splitlines()[0]}"
+            for f in findings),
+    })  # fmt: skip
+    data, why = saved_report(out_dir / "dtensor_dispatch.json", repo,
+                             "python benchmarks/dtensor_dispatch.py")  # fmt: skip
+    if data is None or not data.get("worst"):
+        rows.append({"gate": "DTensor dispatch cost", "ok": None, "detail": why or "no rows"})
+    else:
+        worst, limit = data["worst"], data["ratio_limit"]
+        rows.append({
+            "gate": "DTensor dispatch cost", "ok": not data["flagged"],
+            "detail": f"worst {worst['ratio']:.2f}x ({worst['row']}); "
+                      f"{len(data['flagged'])} row(s) over {limit}x or growing a cache",
+        })  # fmt: skip
+    return rows
+
+
+def gate_table(rows: list[dict]) -> list[str]:
+    table = ["## Upstream's gates", "", "| gate | result | detail |", "|---|---|---|"]
+    for row in rows:
+        cells = [row["gate"], {True: "PASS", False: "FAIL", None: "—"}[row["ok"]], row["detail"]]
+        table.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    ready = all(row["ok"] for row in rows)
+    table += ["", "Ready to submit upstream: " + ("yes" if ready else "no")]
+    return table
 
 
 def verify(repo: Path, out_dir: Path) -> int:
@@ -49,9 +112,12 @@ def verify(repo: Path, out_dir: Path) -> int:
     for row in rows:
         cells = [row["bug"], row["upstream"], row["stock"], row["overlay"], row["verdict"]]
         table.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    gate_rows = gates(repo, out_dir)
+    table += ["", *gate_table(gate_rows)]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "verify.md").write_text("\n".join(table) + "\n")
-    (out_dir / "verify.json").write_text(json.dumps(rows, indent=2) + "\n")
+    report = {"reproducers": rows, "gates": gate_rows}
+    (out_dir / "verify.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(table))
     failed = [r["name"] for r in rows if r["verdict"] == "FAIL"]
     passed = [r["name"] for r in rows if r["verdict"] == "PASS"]

@@ -402,7 +402,10 @@ class OverlayActivationTest(TestCase):
         # This scratch series lacks the project's fixes, so every reproducer stays wrong.
         with mock.patch("sys.stdout", new_callable=io.StringIO) as out:
             self.assertEqual(verify(self.tmp, self.tmp / "reports"), 1)
-        rows = json.loads((self.tmp / "reports" / "verify.json").read_text())
+        report = json.loads((self.tmp / "reports" / "verify.json").read_text())
+        rows = report["reproducers"]
+        # The gates are shown too; this scratch series was never run through upstream-test.
+        self.assertEqual(report["gates"][0]["detail"], "not run: torch-overlay upstream-test")
         self.assertGreater(len(rows), 0)
         self.assertEqual({row["verdict"] for row in rows}, {"FAIL"})
         self.assertTrue(all(row["stock_shows_bug"] for row in rows))

@@ -13,8 +13,10 @@ from test_overlay_tools import GOOD_MESSAGE, TARGET, OverlayProject
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 from tools.base import OverlayError
+from tools.export import export
 from tools.sync import sync
 from tools.upstream_test import upstream_test
+from tools.verify import gates
 
 UPSTREAM_TEST = "test/distributed/pipelining/test_backward.py"
 # Stands in for an upstream test file: what each test does depends on the overlay's marker.
@@ -86,6 +88,18 @@ class UpstreamTestTest(TestCase):
         # Tests that fail or skip on both are counted, never listed.
         self.assertNotIn("test_fails_on_both", printed)
         self.assertNotIn("test_skipped_on_both", printed)
+
+    def test_verify_shows_the_regressions_until_the_series_changes(self):
+        self.gate()
+        [tests, lint, benchmark] = gates(self.project.root, self.tmp / "reports")
+        self.assertFalse(tests["ok"])
+        self.assertEqual([t.rsplit("::", 1)[1] for t in tests["regressions"]],
+                         ["test_broken_by_patch"])  # fmt: skip
+        self.assertIn("not run: python benchmarks/dtensor_dispatch.py", benchmark["detail"])
+        export(self.project.root)  # another series: the report no longer speaks for it
+        [tests, *_] = gates(self.project.root, self.tmp / "reports")
+        self.assertIsNone(tests["ok"])
+        self.assertIn("stale (made for another series)", tests["detail"])
 
     def test_selection_narrows_the_run(self):
         code, report, _ = self.gate(select="not broken_by_patch")
