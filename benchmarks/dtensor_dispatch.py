@@ -396,12 +396,12 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    from tools.active import environment, materialize
-    from tools.base import series_digest
+    from tools.active import environment, materialize, tree_digest
 
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         plan = materialize(REPO, tree)
+        overlay_files = tree_digest(tree)  # so verify can tell a report made for other code
         workers = {
             "stock": Worker("stock", environment(None), args.rep_ms, Path(scratch)),
             "overlay": Worker("overlay", environment(tree), args.rep_ms, Path(scratch)),
@@ -439,7 +439,7 @@ def main() -> None:
         print(f"worst ratio: {worst['ratio']:.2f}x ({worst['name']}); "
               f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x, cache growth or error)")  # fmt: skip
     report = {
-        "series": series_digest(REPO),  # so verify can tell a report made for another series
+        "overlay_files": overlay_files,
         "overlay": plan.summary(),
         "world_size": WORLD_SIZE,
         "reps": args.reps,

@@ -102,6 +102,19 @@ def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
     return Plan(commits, modules)
 
 
+def tree_digest(tree: Path) -> str:
+    """Names the Python files of a materialized overlay, so a report can say what it measured."""
+    files = sorted(tree.rglob("*.py"))
+    return sha256(b"".join(f.relative_to(tree).as_posix().encode() + f.read_bytes() for f in files))
+
+
+def overlay_digest(repo: Path) -> str:
+    """``tree_digest`` of what ``run`` would activate now (uncommitted overlay edits included)."""
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        materialize(repo, Path(scratch) / "tree")
+        return tree_digest(Path(scratch) / "tree")
+
+
 def materialize_to(repo: Path, target: Path) -> Plan:
     """Like ``materialize``, replacing ``target`` only once the new tree is complete."""
     scratch = Path(tempfile.mkdtemp(prefix="torch-overlay-active-"))

@@ -133,12 +133,6 @@ def read_series(repo: Path) -> list[str]:
     return names
 
 
-def series_digest(repo: Path) -> str:
-    """Names the series a report was made for, so a later reader can tell it is stale."""
-    names = read_series(repo)
-    return sha256(b"".join(n.encode() + (repo / "patches" / n).read_bytes() for n in names))
-
-
 def installed_torch() -> InstalledTorch:
     """Read the installed torch's version without importing it (importing costs seconds)."""
     spec = importlib.util.find_spec("torch")

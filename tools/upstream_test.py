@@ -25,12 +25,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.active import environment, materialize
+from tools.active import environment, materialize, tree_digest
 from tools.base import (
     OverlayError,
     installed_torch,
     read_upstream_map,
-    series_digest,
     sha256,
 )
 
@@ -63,12 +62,6 @@ class FileResult:
     def counts(self, variant: str) -> dict[str, int]:
         outcomes = list(getattr(self, variant).values())
         return {o: outcomes.count(o) for o in (PASSED, FAILED, SKIPPED)}
-
-
-def tree_digest(tree: Path) -> str:
-    """Names the overlay files a run used (uncommitted overlay edits included)."""
-    files = sorted(tree.rglob("*.py"))
-    return sha256(b"".join(f.relative_to(tree).as_posix().encode() + f.read_bytes() for f in files))
 
 
 def test_root(repo: Path, pytorch_src: Path | None, tests: Path | None) -> Path:
@@ -238,7 +231,7 @@ def report(results: list[FileResult], unavailable: list[str], origin: dict[str, 
 
 
 def write_report(
-    repo: Path, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
+    digest: str, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
     unavailable: list[str], pending: list[str], quiet: bool = False,
 ) -> int:  # fmt: skip
     """Write reports/upstream-test.{md,json}; return the number of regressions."""
@@ -252,7 +245,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
     (out / "upstream-test.json").write_text(json.dumps({
-        "series": series_digest(repo), "source": str(root), "regressions": regressions,
+        "overlay_files": digest, "source": str(root), "regressions": regressions,
         "fixed": fixed, "unavailable": unavailable, "pending": pending,
         "files": [{
             "path": r.path, "select": r.select,
@@ -302,6 +295,6 @@ def upstream_test(
                                     test_timeout, keys, resume))  # fmt: skip
             # After every file, so a run that is stopped still leaves what it found.
             pending = [f for f, _ in plan[plan.index((test_file, mapped_select)) + 1 :]]
-            write_report(repo, out, root, origin, results, unavailable, pending, quiet=True)
-    regressions = write_report(repo, out, root, origin, results, unavailable, pending=[])
+            write_report(digest, out, root, origin, results, unavailable, pending, quiet=True)
+    regressions = write_report(digest, out, root, origin, results, unavailable, pending=[])
     return 1 if regressions else 0

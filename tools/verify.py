@@ -4,7 +4,7 @@ table, write it as Markdown and JSON, and fail if any reproducer fails with the 
 Below the table it shows upstream's gates, so a reader sees whether the series is ready to
 submit: upstream's own tests (from the last `upstream-test` report), upstream's lint rules on
 the patched files (run now), and the worst ratio of `benchmarks/dtensor_dispatch.py` (from
-its last report). A report made for another series is shown as stale, not as a result.
+its last report). A report made with other overlay files is shown as stale, not as a result.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from tools import lint_upstream
-from tools.active import run_stock_and_overlay
-from tools.base import series_digest
+from tools.active import overlay_digest, run_stock_and_overlay
 from tools.reproducers import load_all
 
 
@@ -31,20 +30,20 @@ def cell(result: dict, width: int = 160) -> str:
     return ("ok: " if result["ok"] else "WRONG: ") + detail
 
 
-def saved_report(path: Path, repo: Path, how: str) -> tuple[dict | None, str]:
+def saved_report(path: Path, digest: str, how: str) -> tuple[dict | None, str]:
     """A gate's last report, or None and why it cannot be used."""
     if not path.is_file():
         return None, f"not run: {how}"
     data = json.loads(path.read_text())
-    if data.get("series") != series_digest(repo):
-        return None, f"stale (made for another series): {how}"
+    if data.get("overlay_files") != digest:
+        return None, f"stale (made with other overlay files): {how}"
     return data, ""
 
 
 def gates(repo: Path, out_dir: Path) -> list[dict]:
     """One row per gate: name, ok (None when there is no current result) and detail."""
-    rows = []
-    data, why = saved_report(out_dir / "upstream-test.json", repo, "torch-overlay upstream-test")
+    rows, digest = [], overlay_digest(repo)
+    data, why = saved_report(out_dir / "upstream-test.json", digest, "torch-overlay upstream-test")
     if data is None:
         rows.append({"gate": "upstream's tests", "ok": None, "detail": why})
     else:
@@ -62,7 +61,7 @@ def gates(repo: Path, out_dir: Path) -> list[dict]:
             f"; {f['path'].removeprefix('patches/')}: {f['description'].splitlines()[0]}"
             for f in findings),
     })  # fmt: skip
-    data, why = saved_report(out_dir / "dtensor_dispatch.json", repo,
+    data, why = saved_report(out_dir / "dtensor_dispatch.json", digest,
                              "python benchmarks/dtensor_dispatch.py")  # fmt: skip
     if data is None or not data.get("worst"):
         rows.append({"gate": "DTensor dispatch cost", "ok": None, "detail": why or "no rows"})
