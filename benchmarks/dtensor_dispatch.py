@@ -416,8 +416,8 @@ def main() -> None:
             prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
             reps: dict[str, list] = {"stock": [], "overlay": []}
             if not any("error" in p for p in prepared.values()):
-                for _ in range(args.reps):  # interleaved: stock rep i, overlay rep i, ...
-                    for label, w in workers.items():
+                for i in range(args.reps):  # interleaved, each variant first every other rep
+                    for label, w in list(workers.items())[:: 1 if i % 2 == 0 else -1]:
                         calls = prepared[label]["calls_per_rep"]
                         reps[label].append(w.ask(cmd="rep", row=name, calls=calls))
             rows.append(summarize(name, prepared, reps))
@@ -440,6 +440,7 @@ def main() -> None:
               f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x, cache growth or error)")  # fmt: skip
     report = {
         "overlay_files": overlay_files,
+        "partial": bool(args.only or args.quick),  # verify passes only a full run
         "overlay": plan.summary(),
         "world_size": WORLD_SIZE,
         "reps": args.reps,

@@ -14,6 +14,7 @@ The test files come from, in order: ``--pytorch-src DIR`` (a PyTorch checkout), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -116,11 +117,13 @@ def outcomes(junit: Path) -> dict[str, str]:
         test_id = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name', '')}"
         tags = {child.tag for child in case}
         if tags & {"failure", "error"}:
-            results[test_id] = FAILED  # a failing teardown counts against the test too
-        elif "skipped" in tags:
-            results[test_id] = SKIPPED
+            outcome = FAILED  # a failing teardown counts against the test too
         else:
-            results.setdefault(test_id, PASSED)
+            outcome = SKIPPED if "skipped" in tags else PASSED
+        # A test reported twice keeps its worst outcome: failed, then passed, then skipped.
+        rank = [SKIPPED, PASSED, FAILED]
+        if rank.index(outcome) >= rank.index(results.get(test_id, SKIPPED)):
+            results[test_id] = outcome
     return results
 
 
@@ -149,6 +152,9 @@ def run_pytest(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             return f"timed out after {timeout:g} s"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # children a test left behind
     if not junit.is_file():
         tail = "\n".join(output.strip().splitlines()[-5:])
         return f"pytest exited {proc.returncode} without a report:\n{tail}"
@@ -232,7 +238,7 @@ def report(results: list[FileResult], unavailable: list[str], origin: dict[str, 
 
 def write_report(
     digest: str, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
-    unavailable: list[str], pending: list[str], quiet: bool = False,
+    unavailable: list[str], pending: list[str], narrowed: bool, quiet: bool = False,
 ) -> int:  # fmt: skip
     """Write reports/upstream-test.{md,json}; return the number of regressions."""
     text = report(results, unavailable, origin)
@@ -247,6 +253,10 @@ def write_report(
     (out / "upstream-test.json").write_text(json.dumps({
         "overlay_files": digest, "source": str(root), "regressions": regressions,
         "fixed": fixed, "unavailable": unavailable, "pending": pending,
+        # Files whose tests were not compared: a gate cannot pass on what it did not see.
+        "not_compared": [*unavailable, *pending,
+                         *(r.path for r in results if "stock" in r.problems)],
+        "narrowed": narrowed,  # files or -k chosen on the command line: not the whole gate
         "files": [{
             "path": r.path, "select": r.select,
             "commit": origin.get(r.path, {}).get("commit"),
@@ -271,6 +281,7 @@ def upstream_test(
     out = out or repo / "reports"
     junit_dir = out / "upstream-test"
     results, unavailable = [], []
+    narrowed = bool(only or select)
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         summary = materialize(repo, tree).summary()
@@ -295,6 +306,7 @@ def upstream_test(
                                     test_timeout, keys, resume))  # fmt: skip
             # After every file, so a run that is stopped still leaves what it found.
             pending = [f for f, _ in plan[plan.index((test_file, mapped_select)) + 1 :]]
-            write_report(digest, out, root, origin, results, unavailable, pending, quiet=True)
-    regressions = write_report(digest, out, root, origin, results, unavailable, pending=[])
+            write_report(digest, out, root, origin, results, unavailable, pending, narrowed,
+                         quiet=True)  # fmt: skip
+    regressions = write_report(digest, out, root, origin, results, unavailable, [], narrowed)
     return 1 if regressions else 0

@@ -15,7 +15,7 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 from tools.base import OverlayError
 from tools.export import export
 from tools.sync import sync
-from tools.upstream_test import upstream_test
+from tools.upstream_test import FAILED, PASSED, outcomes, upstream_test
 from tools.verify import gates
 
 UPSTREAM_TEST = "test/distributed/pipelining/test_backward.py"
@@ -96,6 +96,16 @@ class UpstreamTestTest(TestCase):
         self.assertEqual([t.rsplit("::", 1)[1] for t in tests["regressions"]],
                          ["test_broken_by_patch"])  # fmt: skip
         self.assertIn("not run: python benchmarks/dtensor_dispatch.py", benchmark["detail"])
+        # Without a regression the gate passes only on a whole run: not narrowed, all compared.
+        self.gate(select="not broken_by_patch")
+        [tests, *_] = gates(self.project.root, self.tmp / "reports")
+        self.assertIsNone(tests["ok"])
+        self.assertIn("a narrowed run", tests["detail"])
+        self.gate(prelude="from torch import no_such_name\n")
+        [tests, *_] = gates(self.project.root, self.tmp / "reports")
+        self.assertIsNone(tests["ok"])
+        self.assertIn(f"not compared: {UPSTREAM_TEST}", tests["detail"])
+        self.gate()
         export(self.project.root)  # a message or an export alone changes no overlay file
         self.assertFalse(gates(self.project.root, self.tmp / "reports")[0]["ok"])
         self.project.commit_edit(TARGET, "import collections", "import collections  # edit",
@@ -141,6 +151,15 @@ class UpstreamTestTest(TestCase):
         code, report, _ = self.gate(prelude="if PATCHED:\n    raise ImportError('patched')\n")
         self.assertEqual(code, 1)
         self.assertEqual(len(report["files"][0]["regressions"]), 3)
+
+    def test_a_test_reported_twice_keeps_its_worst_outcome(self):
+        junit = self.tmp / "junit.xml"
+        junit.write_text(
+            '<testsuites><testsuite><testcase classname="a.T" name="test_x"><failure/>'
+            '</testcase><testcase classname="a.T" name="test_x"><skipped/></testcase>'
+            '<testcase classname="a.T" name="test_y"/></testsuite></testsuites>'
+        )
+        self.assertEqual(outcomes(junit), {"T::test_x": FAILED, "T::test_y": PASSED})
 
     def test_refuses_without_test_files_and_reports_missing_ones(self):
         with self.assertRaisesRegex(OverlayError, "no upstream test files"):
