@@ -46,6 +46,13 @@ def cases(numel: int):
         out, p = make(Replicate(), torch.float32), make(Partial("sum"), torch.float32)
         return lambda: out.addcmul_(p, p, value=0.0)
 
+    def select_slice(reduce_op):
+        def setup(make):
+            dt = make(Partial(reduce_op), torch.float32)
+            return lambda: dt[1:][:4].select(0, 1)
+
+        return setup
+
     def adam(foreach):
         def setup(make):
             weight = torch.nn.Parameter(make(Replicate(), torch.float32))
@@ -62,7 +69,10 @@ def cases(numel: int):
         ("P(sum) f32 -> int32", cast(torch.float32, torch.int32)),
         ("P(max) int32 -> int8", cast(torch.int32, torch.int8, "max")),
         ("P(sum) f32 .view(int32)", view_dtype),
+        ("P(sum) int8 -> int32", cast(torch.int8, torch.int32)),
         ("R.addcmul_(P, P)", addcmul),
+        ("P(sum) slice", select_slice("sum")),
+        ("P(product) slice", select_slice("product")),
         ("Adam.step, 1 P(sum) grad", adam(False)),
         ("Adam(foreach).step, 1 P(sum) grad", adam(True)),
     ]

@@ -1,7 +1,10 @@
 // Built by test_clone_obey_contract.py with the patched source tree (here:
 // torch_overlay/) first on the include path, so its grad_layout_contract.h (and
 // through it accumulate_grad.h's inline AccumulateGrad::accumulateGrad) is
-// compiled here instead of the copy inside the installed libtorch.
+// compiled here instead of the copy inside the installed libtorch. Built a
+// second time with CLONE_OBEY_CONTRACT_STOCK_HEADER defined and without that
+// include path, it compiles the installed (stock) header: the reference for
+// calls that the wheel's AccumulateGrad never makes (e.g. a sparse new_grad).
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/utils/grad_layout_contract.h>
 #include <torch/extension.h>
@@ -10,6 +13,7 @@
 
 namespace {
 
+#ifndef CLONE_OBEY_CONTRACT_STOCK_HEADER
 // Compiles only against the patched header: proof of which copy was included.
 std::string exact_memory_format(const at::Tensor& variable) {
   const auto format = torch::autograd::utils::exact_memory_format(variable);
@@ -20,6 +24,7 @@ std::string exact_memory_format(const at::Tensor& variable) {
   out << *format;
   return out.str();
 }
+#endif
 
 at::Tensor clone_obey_contract(
     const at::Tensor& new_grad,
@@ -48,7 +53,9 @@ at::Tensor accumulate_grad(
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+#ifndef CLONE_OBEY_CONTRACT_STOCK_HEADER
   m.def("exact_memory_format", &exact_memory_format);
+#endif
   m.def("clone_obey_contract", &clone_obey_contract);
   m.def("accumulate_grad", &accumulate_grad);
 }

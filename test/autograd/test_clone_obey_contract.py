@@ -3,10 +3,12 @@
 
 A header change cannot be activated on a wheel (libtorch has its own inline copy), so this
 test compiles the overlay's header into a small extension and compares it with the stock
-function that the wheel's AccumulateGrad runs (a leaf backward), on many plain layouts,
-and checks the DTensor case the patch is for: a Partial, non-contiguous gradient of a
-Replicate parameter stays Partial with no collective, even with DTensor's new_empty_strided
-rule reverted to Replicate.
+function that the wheel's AccumulateGrad runs (a leaf backward), on many plain layouts and
+on sparse leaves; compares direct calls on non-strided layouts (sparse, mkldnn, nested,
+jagged) and symbolic sizes, which must take the stock path, with the same extension built
+from the stock header; and checks the DTensor case the patch is for: a Partial,
+non-contiguous gradient of a Replicate parameter stays Partial with no collective, even
+with DTensor's new_empty_strided rule reverted to Replicate.
 """
 
 import hashlib
@@ -42,33 +44,50 @@ INCLUDE_ROOT = OVERLAY if (OVERLAY / HEADER).exists() else REPO
 aten = torch.ops.aten
 
 
-@cache
-def overlay_extension():
-    """Build (once, cached under build/) and load the extension with the overlay header."""
+def _load_extension(stock):
     from torch.utils import cpp_extension
 
-    header = INCLUDE_ROOT / HEADER
-    if not header.exists():
-        raise RuntimeError(f"{header} is missing: run `torch-overlay sync` first")
+    if stock:
+        header = Path(torch.__file__).parent / "include" / HEADER
+        # Torch's own include path only, and no exact_memory_format (not in that header).
+        include_paths, defines, prefix = [], ["-DCLONE_OBEY_CONTRACT_STOCK_HEADER"], "stock_"
+    else:
+        header = INCLUDE_ROOT / HEADER
+        if not header.exists():
+            raise RuntimeError(f"{header} is missing: run `torch-overlay sync` first")
+        # -I paths come before torch's own include paths, so this header wins.
+        include_paths, defines, prefix = [str(INCLUDE_ROOT)], [], ""
     digest = hashlib.sha256(header.read_bytes() + SOURCE.read_bytes()).hexdigest()[:12]
-    build_dir = REPO / "build" / f"clone_obey_contract_{digest}"
+    name = f"clone_obey_contract_{prefix}{digest}"
+    build_dir = REPO / "build" / name
     build_dir.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
-        name=f"clone_obey_contract_{digest}",
+        name=name,
         sources=[str(SOURCE)],
-        # -I paths come before torch's own include paths, so this header wins.
-        extra_include_paths=[str(INCLUDE_ROOT)],
-        # Hidden inline symbols: calls bind to this library's (patched) copy.
-        extra_cflags=["-O1", "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
+        extra_include_paths=include_paths,
+        # Hidden inline symbols: calls bind to this library's own copy of the header.
+        extra_cflags=["-O1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", *defines],
         build_directory=str(build_dir),
         verbose=False,
     )
 
 
-def require_extension(test):
+@cache
+def overlay_extension():
+    """Build (once, cached under build/) and load the extension with the overlay header."""
+    return _load_extension(stock=False)
+
+
+@cache
+def stock_extension():
+    """The same extension built with the installed torch's (stock) header."""
+    return _load_extension(stock=True)
+
+
+def require_extension(test, stock=False):
     if shutil.which("c++") is None:
         test.skipTest("no C++ compiler to build the overlay header into an extension")
-    return overlay_extension()
+    return stock_extension() if stock else overlay_extension()
 
 
 def variables(shape, dtype):
@@ -108,6 +127,35 @@ def new_grads(shape, dtype):
 
 SHAPES = [(5,), (3, 4), (2, 1, 3), (1, 3, 1, 4), (2, 3, 4, 5), (2, 3, 2, 2, 3), (0, 3)]
 DTYPES = [torch.float32, torch.float64, torch.complex64]
+SPARSE_LAYOUTS = {
+    "sparse_coo": lambda t: t.to_sparse(),
+    "sparse_csr": lambda t: t.to_sparse_csr(),
+    "sparse_csc": lambda t: t.to_sparse_csc(),
+    "sparse_bsr": lambda t: t.to_sparse_bsr((2, 2)),
+    "sparse_bsc": lambda t: t.to_sparse_bsc((2, 2)),
+}
+
+
+def any_layouts(shape):
+    """Strided, sparse (COO and compressed), mkldnn, nested and jagged float32 tensors."""
+    dense = torch.randn(shape)
+    dense[0] = 0  # a few explicit zeros: sparse tensors with some unspecified elements
+    yield "contiguous", dense
+    yield "transposed", dense.t().contiguous().t()
+    for name, to_layout in SPARSE_LAYOUTS.items():
+        yield name, to_layout(dense)
+    if torch.backends.mkldnn.is_available():
+        yield "mkldnn", dense.to_mkldnn()
+    yield "nested", torch.nested.nested_tensor([dense, dense * 2])
+    yield "jagged", torch.nested.nested_tensor([dense, dense[1:] * 2], layout=torch.jagged)
+
+
+def outcome(fn, *args, **kwargs):
+    """fn's result, or the first line of the error it raises (same path: same error)."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
 
 
 class TestCloneObeyContract(TestCase):
@@ -137,6 +185,99 @@ class TestCloneObeyContract(TestCase):
             (expected,) = torch.autograd.grad((stock * weight).real.sum(), grad)
             (actual,) = torch.autograd.grad((patched * weight).real.sum(), grad)
             self.assertEqual(actual, expected, atol=0, rtol=0)
+
+    def _assert_same_tensor(self, actual, expected):
+        self.assertEqual(
+            (actual.layout, actual.is_nested, actual.dtype, actual.requires_grad),
+            (expected.layout, expected.is_nested, expected.dtype, expected.requires_grad),
+        )
+        if actual.layout == torch.jagged:
+            self.assertEqual(actual.offsets(), expected.offsets())
+            actual, expected = actual.values(), expected.values()
+        elif actual.is_nested:
+            self.assertEqual(actual._nested_tensor_size(), expected._nested_tensor_size())
+            self.assertEqual(actual._nested_tensor_strides(), expected._nested_tensor_strides())
+            self.assertTrue(torch.equal(actual.to_padded_tensor(0), expected.to_padded_tensor(0)))
+            return
+        self.assertEqual(actual.shape, expected.shape)
+        if actual.layout == torch.strided:
+            self.assertEqual(actual.stride(), expected.stride())
+            self.assertTrue(torch.equal(actual, expected))
+        else:
+            self.assertTrue(torch.equal(actual.detach().to_dense(), expected.detach().to_dense()))
+
+    def test_sparse_leaves_match_the_wheel(self):
+        # AccumulateGrad of a strided (or same-layout sparse) gradient into a sparse leaf.
+        # A strided one, and a CSC/BSR/BSC one (AccumulateGrad tests is_sparse_csr() only),
+        # reaches clone_obey_contract with a variable that has no strides. The wheel accepts
+        # every strided gradient; where it raises (CSC/BSR/BSC), so must the overlay.
+        ext = require_extension(self)
+        torch.manual_seed(0)
+        strided_grads = len(list(new_grads((4, 6), torch.float32)))
+        accepted = 0
+        for (v_name, to_layout), create_graph in itertools.product(
+            SPARSE_LAYOUTS.items(), [False, True]
+        ):
+            variable = to_layout(torch.randn(4, 6))
+            grads = dict(new_grads((4, 6), torch.float32))
+            grads["same_sparse_layout"] = to_layout(torch.randn(4, 6))
+            for g_name, new_grad in grads.items():
+                with self.subTest(variable=v_name, grad=g_name, create_graph=create_graph):
+                    leaf = variable.detach().requires_grad_()
+                    grad = new_grad.detach().requires_grad_(create_graph)
+                    _, expected_error = outcome(
+                        torch.autograd.backward, leaf, grad, create_graph=create_graph
+                    )
+                    actual, actual_error = outcome(ext.accumulate_grad, leaf, grad, create_graph)
+                    self.assertEqual(actual_error, expected_error)
+                    if expected_error is None:
+                        self._assert_same_tensor(actual, leaf.grad)
+                        accepted += new_grad.layout == torch.strided
+        self.assertEqual(accepted, len(SPARSE_LAYOUTS) * 2 * strided_grads)
+
+    def test_non_strided_layouts_take_the_stock_path(self):
+        # Direct calls, also with a non-strided new_grad (AccumulateGrad clones those
+        # itself): the result, or the error, of the header the wheel was built with.
+        ext = require_extension(self)
+        stock = require_extension(self, stock=True)
+        self.assertFalse(hasattr(stock, "exact_memory_format"))
+        torch.manual_seed(0)
+        for (v_name, variable), (g_name, new_grad), create_graph in itertools.product(
+            list(any_layouts((4, 6))), list(any_layouts((4, 6))), [False, True]
+        ):
+            if v_name in ("contiguous", "transposed") and g_name in ("contiguous", "transposed"):
+                continue  # strided: test_plain_tensors_match_the_stock_function_on_every_layout
+            with self.subTest(variable=v_name, grad=g_name, create_graph=create_graph):
+                grad = new_grad.detach().requires_grad_(create_graph)
+                with torch.autograd.set_grad_enabled(create_graph):
+                    expected, expected_error = outcome(stock.clone_obey_contract, grad, variable)
+                    actual, actual_error = outcome(ext.clone_obey_contract, grad, variable)
+                self.assertEqual(actual_error, expected_error)
+                if expected_error is None:
+                    self._assert_same_tensor(actual, expected)
+                if v_name not in ("contiguous", "transposed"):
+                    self.assertEqual(outcome(ext.exact_memory_format, variable), ("none", None))
+
+    def test_symbolic_sizes_take_the_stock_path(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import (
+            DimDynamic,
+            ShapeEnv,
+            StatelessSymbolicContext,
+        )
+
+        ext = require_extension(self)
+        stock = require_extension(self, stock=True)
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 2)
+        variable = mode.from_tensor(torch.randn(3, 4), symbolic_context=dynamic)
+        grad = mode.from_tensor(torch.randn(4, 3), symbolic_context=dynamic).t()
+        with mode:
+            self.assertEqual(ext.exact_memory_format(variable), "none")
+            expected = stock.clone_obey_contract(grad, variable)
+            actual = ext.clone_obey_contract(grad, variable)
+        self.assertEqual(str(actual.shape), str(expected.shape))
+        self.assertEqual(str(actual.stride()), str(expected.stride()))
 
     def test_plain_tensors_match_the_stock_function_on_every_layout(self):
         require_extension(self)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from tools.reproducers import Outcome, reproducer
 
 WORLD_SIZE = 2
-FILL_PATCH = (
-    "[DTensor] fill_ keeps a Partial placement only when the fill value survives the reduction"
+PASS_THROUGH_PATCH = (
+    "[DTensor] Views, selections and copies keep every pending reduction without a collective"
 )
 
 
@@ -52,36 +52,9 @@ def replicate_param_with_partial_grad():
 
 
 @reproducer(
-    bug="P(sum).fill_(1.5) reads back as world_size * 1.5",
-    upstream="-",
-    patch=FILL_PATCH,
-)
-def partial_sum_fill_multiplies_by_world_size() -> Outcome:
-    import torch
-    from torch.distributed.tensor.debug import CommDebugMode
-
-    dt, mode = two_rank_partial("sum", lambda r: torch.tensor([1.0 + r, 2.0]))
-    comm = CommDebugMode()
-    try:
-        with mode, comm:
-            dt.fill_(1.5)
-    except RuntimeError as error:
-        if "in-place operations that require placement changes" not in str(error):
-            raise
-        untouched = full_value(dt, mode) == [3.0, 4.0]
-        return Outcome(untouched, "refused with a clear error; tensor left untouched")
-    value = full_value(dt, mode)
-    return Outcome(
-        value == [1.5, 1.5],
-        f"full_tensor {value} (truth [1.5, 1.5]), {dt.placements[0]}, "
-        f"{comm.get_total_counts()} collectives",
-    )
-
-
-@reproducer(
     bug="zero_() / nn.init.zeros_ on Partial(product) raises",
     upstream="-",
-    patch=FILL_PATCH,
+    patch=PASS_THROUGH_PATCH,
 )
 def partial_product_zero_raises() -> Outcome:
     import torch
@@ -98,24 +71,6 @@ def partial_product_zero_raises() -> Outcome:
         ok and comm.get_total_counts() == 0,
         f"full_tensor {value} (truth [0.0, 0.0]), {dt.placements[0]}, "
         f"{comm.get_total_counts()} collectives",
-    )
-
-
-@reproducer(
-    bug="P(sum).new_empty(shape).fill_(1.0) reads back as world_size",
-    upstream="pytorch/pytorch#180486 (workaround #180511)",
-    patch="[DTensor] new_empty of a Partial DTensor gives a Replicate buffer again",
-)
-def partial_new_empty_inherits_pending_sum() -> Outcome:
-    import torch
-
-    dt, mode = two_rank_partial("sum", lambda r: torch.tensor([1.0 + r, 2.0]))
-    with mode:
-        buffer = dt.new_empty((2,))
-        buffer.fill_(1.0)
-    value = full_value(buffer, mode)
-    return Outcome(
-        value == [1.0, 1.0], f"full_tensor {value} (truth [1.0, 1.0]), {buffer.placements[0]}"
     )
 
 
@@ -216,7 +171,7 @@ def partial_sum_view_dtype() -> Outcome:
 @reproducer(
     bug="detach() of a Partial(product) DTensor all-reduces",
     upstream="-",
-    patch='[DTensor] Views, aliases, clones and factories of a Partial("product") need no collective',
+    patch=PASS_THROUGH_PATCH,
 )
 def partial_product_detach_communicates() -> Outcome:
     import torch
@@ -229,6 +184,33 @@ def partial_product_detach_communicates() -> Outcome:
     value = full_value(out, mode)
     ok = comm.get_total_counts() == 0 and value == [6.0, 1.0]
     return Outcome(ok, f"{out.placements[0]}, {comm.get_total_counts()} collectives, value {value}")
+
+
+@reproducer(
+    bug="select / slice of a Partial(product) or Partial(bxor) DTensor all-reduces",
+    upstream="-",
+    patch=PASS_THROUGH_PATCH,
+)
+def partial_product_selection_communicates() -> Outcome:
+    import torch
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    results = []
+    for reduce_op, per_rank, truth in (
+        ("product", lambda r: torch.tensor([[2.0 + r, -1.0], [3.0, 0.5]]), [9.0, 0.25]),
+        ("bxor", lambda r: torch.tensor([[12, 7], [5, 3 + r]]), [0, 7]),
+    ):
+        dt, mode = two_rank_partial(reduce_op, per_rank)
+        comm = CommDebugMode()
+        with mode, comm:
+            out = dt[1][:2]
+        value = full_value(out, mode)
+        results.append((comm.get_total_counts() == 0 and value == truth, reduce_op, value, comm))
+    ok = all(r[0] for r in results)
+    detail = "; ".join(
+        f"{op}: {c.get_total_counts()} collectives, value {v}" for _, op, v, c in results
+    )
+    return Outcome(ok, detail)
 
 
 @reproducer(
@@ -263,20 +245,3 @@ def integer_replicate_to_partial_divides() -> Outcome:
         dst.copy_(src)
     value = full_value(dst, mode)
     return Outcome(value == [3, 5], f"full_tensor {value} (truth [3, 5]), {dst.placements[0]}")
-
-
-@reproducer(
-    bug="Adam.step() all-reduces one Partial(sum) gradient 3 times",
-    upstream="-",
-    patch="[optim] Adam reduces a Partial DTensor gradient once per step",
-)
-def adam_reduces_partial_grad_per_use() -> Outcome:
-    import torch
-    from torch.distributed.tensor.debug import CommDebugMode
-
-    weight, mode = replicate_param_with_partial_grad()
-    comm = CommDebugMode()
-    with mode, comm:
-        torch.optim.Adam([weight], lr=0.1).step()
-    count = comm.get_total_counts()
-    return Outcome(count == 1, f"{count} all-reduce(s) per step (1 needed)")

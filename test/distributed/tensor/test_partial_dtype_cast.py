@@ -47,11 +47,35 @@ CASES = [
     ("sum", torch.float32, [[0.2, -0.1], [0.0, 0.0]], lambda t: t.bool(), False),
     ("sum", torch.float32, [[1.5, 2.0], [2.5, 3.0]], lambda t: t.type(torch.int64), False),
     ("sum", torch.int64, [[3, 1], [2**31, 2]], lambda t: t.to(torch.int32), True),
-    ("sum", torch.int32, [[3, 1], [4, -2]], lambda t: t.to(torch.float32), True),
+    # An integer sum wraps in the source dtype: a wider target, integer or floating,
+    # would not wrap (int8 100 + 100 is -56). No wider bits, any signedness, commutes.
+    ("sum", torch.int8, [[100, 1], [100, 2]], lambda t: t.to(torch.int32), False),
+    ("sum", torch.uint8, [[200, 1], [100, 2]], lambda t: t.short(), False),
+    ("sum", torch.int32, [[2**31 - 1, 1], [1, -2]], lambda t: t.long(), False),
+    ("sum", torch.int8, [[100, 1], [100, 2]], lambda t: t.to(torch.float32), False),
+    ("sum", torch.int32, [[2**31 - 1, 3], [1, -2]], lambda t: t.double(), False),
+    ("sum", torch.int8, [[100, -1], [100, 2]], lambda t: t.to(torch.uint8), True),
+    ("sum", torch.int16, [[30000, -5], [10000, 7]], lambda t: t.to(torch.uint8), True),
+    ("max", torch.bool, [[True, False], [False, False]], lambda t: t.to(torch.complex64), False),
     ("max", torch.int32, [[3, -9], [4, 2]], lambda t: t.to(torch.int64), True),
     ("max", torch.bool, [[True, False], [False, False]], lambda t: t.to(torch.int32), True),
     ("min", torch.float64, [[3.5, -9.0], [4.0, 2.0]], lambda t: t.to(torch.float16), True),
     ("sum", torch.float32, [[0.5, 2.0], [1.5, 3.0]], lambda t: t.to(torch.complex64), True),
+]
+
+
+def convert_element_type(dtype):
+    return lambda t: torch.ops.prims.convert_element_type.default(t, dtype)
+
+
+# prims.convert_element_type (decompositions, torch.compile graphs) follows _to_copy's rule.
+PRIMS_CASES = [
+    ("sum", torch.float32, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.bfloat16), True),
+    ("sum", torch.bfloat16, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.float32), True),
+    ("sum", torch.int8, [[100, 1], [100, 2]], convert_element_type(torch.int32), False),
+    ("sum", torch.float32, [[1.5, -0.5], [1.5, 2.0]], convert_element_type(torch.int32), False),
+    ("max", torch.int32, [[200, -3], [100, 5]], convert_element_type(torch.int8), False),
+    ("max", torch.int32, [[3, -9], [4, 2]], convert_element_type(torch.int64), True),
 ]
 
 
@@ -87,6 +111,11 @@ class DistPartialDtypeCastTest(DTensorTestBase):
     def test_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
         self.run_subtests({"case": CASES, "inference": [False, True]}, self._check_cast, mesh)
+
+    @with_comms
+    def test_convert_element_type_matches_reduce_then_cast(self):
+        mesh = self.build_device_mesh()
+        self.run_subtests({"case": PRIMS_CASES, "inference": [False, True]}, self._check_cast, mesh)
 
     @with_comms
     def test_mixed_precision_round_trip_keeps_partial_without_collectives(self):

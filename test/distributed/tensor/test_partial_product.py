@@ -1,8 +1,11 @@
 # Owner(s): ["oncall: distributed"]
-"""Views, detach, aliases, clones and factories of a Partial("product") DTensor.
+"""Views, detach, aliases, clones, selections and factories of a Partial("product")
+or bitwise Partial DTensor.
 
-None of them needs the pending product: views and copies keep it, factories give a
-Replicate buffer, all without a collective (torch 2.15.0 all-reduces in each case).
+None of them needs the pending reduction: views, copies and selections keep it, the
+uninitialized factories inherit it like a Partial("sum") input's (#180511), the
+initialized ones give a Replicate buffer, all without a collective (torch 2.15.0
+all-reduces in each case).
 """
 
 import torch
@@ -21,6 +24,13 @@ def rank_values(rank):
     return torch.tensor([[2.0 + rank, -1.0], [0.5, 3.0 * (rank + 1)]])
 
 
+def _index_select(t, index):
+    index = torch.tensor(index)
+    if isinstance(t, DTensor):
+        index = DTensor.from_local(index, t.device_mesh, [Replicate()], run_check=False)
+    return t.index_select(0, index)
+
+
 KEEPS_PRODUCT = {
     "detach": lambda t: t.detach(),
     "alias": lambda t: torch.ops.aten.alias(t),
@@ -29,9 +39,17 @@ KEEPS_PRODUCT = {
     "transpose": lambda t: t.transpose(0, 1),
     "view": lambda t: t.view(4),
     "unsqueeze": lambda t: t.unsqueeze(0),
+    "select": lambda t: t.select(0, 1),
+    "index": lambda t: t[1],
+    "slice": lambda t: t[:, 1:],
+    "narrow": lambda t: t.narrow(1, 0, 1),
+    "split": lambda t: t.split(1)[1],
+    "unbind": lambda t: t.unbind(1)[0],
+    "cat": lambda t: torch.cat([t, t]),
+    "index_select": lambda t: _index_select(t, [1, 0, 1]),
+    "zero_": lambda t: t.zero_(),
 }
 GIVES_REPLICATE = {
-    "new_empty": lambda t: t.new_empty((2, 2)),
     "new_zeros": lambda t: t.new_zeros((2, 2)),
     "new_ones": lambda t: t.new_ones((3,)),
     "new_full": lambda t: t.new_full((2, 2), 7.0),
@@ -70,8 +88,7 @@ class DistPartialProductTest(DTensorTestBase):
             out = GIVES_REPLICATE[name](self._product(mesh))
         self.assertEqual(comm_mode.get_total_counts(), 0)
         self.assertEqual(out.placements, (Replicate(),))
-        if name != "new_empty":
-            self.assertEqual(out.full_tensor(), GIVES_REPLICATE[name](self._truth()))
+        self.assertEqual(out.full_tensor(), GIVES_REPLICATE[name](self._truth()))
 
     @with_comms
     def test_factories_give_replicate_without_reducing_the_input(self):
@@ -79,13 +96,40 @@ class DistPartialProductTest(DTensorTestBase):
         self.run_subtests({"name": list(GIVES_REPLICATE)}, self._check_factory, mesh)
 
     @with_comms
-    def test_empty_like_and_new_empty_strided_need_no_collective(self):
+    def test_uninitialized_factories_inherit_the_pending_product(self):
         mesh = self.build_device_mesh()
-        for make in (torch.empty_like, lambda t: t.new_empty_strided((2, 2), (2, 1))):
+        for make in (
+            torch.empty_like,
+            lambda t: t.new_empty((2, 2)),
+            lambda t: t.new_empty_strided((2, 2), (2, 1)),
+        ):
             comm_mode = CommDebugMode()
             with comm_mode:
-                make(self._product(mesh))
+                out = make(self._product(mesh))
             self.assertEqual(comm_mode.get_total_counts(), 0)
+            self.assertEqual(out.placements, (Partial("product"),))
+
+    @with_comms
+    def test_bitwise_partials_pass_through_views_and_selections(self):
+        mesh = self.build_device_mesh()
+        for reduce_op, reduce in (
+            ("band", lambda a, b: a & b),
+            ("bor", lambda a, b: a | b),
+            ("bxor", lambda a, b: a ^ b),
+        ):
+            values = [torch.tensor([[12, 7], [5, 3]]) + r for r in range(self.world_size)]
+            truth = values[0]
+            for v in values[1:]:
+                truth = reduce(truth, v)
+            local = map_local_for_rank(self.rank, values.__getitem__)
+            dt = DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+            for name in ("t", "select", "slice", "clone", "cat"):
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    out = KEEPS_PRODUCT[name](dt)
+                self.assertEqual(comm_mode.get_total_counts(), 0, (reduce_op, name))
+                self.assertEqual(out.placements, (Partial(reduce_op),))
+                self.assertEqual(out.full_tensor(), KEEPS_PRODUCT[name](truth))
 
     @with_comms
     def test_accumulate_grad_keeps_a_product_gradient(self):
