@@ -137,6 +137,42 @@ def cast_outcome(reduce_op: str, per_rank: dict, truth: list, cast) -> Outcome:
     return Outcome(value == truth, f"full_tensor {value} (truth {truth}), {out.placements[0]}")
 
 
+@reproducer(
+    bug="P(sum) int8 100+1, 100+2 .to(int32) keeps Partial (the int8 sum wraps)",
+    upstream="-",
+    patch=CAST_PATCH,
+)
+def partial_sum_widening_int_cast() -> Outcome:
+    import torch
+
+    per_rank = {
+        0: torch.tensor([100, 1], dtype=torch.int8),
+        1: torch.tensor([100, 2], dtype=torch.int8),
+    }
+    return cast_outcome("sum", per_rank, [-56, 3], lambda t: t.to(torch.int32))
+
+
+@reproducer(
+    bug="prims.convert_element_type of P(sum) f32 -> bf16 all-reduces (eager .to does not)",
+    upstream="pytorch/pytorch#183363",
+    patch=CAST_PATCH,
+)
+def partial_prims_convert_element_type() -> Outcome:
+    import torch
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    per_rank = {0: torch.tensor([1.5, 2.0]), 1: torch.tensor([0.25, -1.0])}
+    dt, mode = two_rank_partial("sum", lambda r: per_rank[r])
+    comm = CommDebugMode()
+    with mode, comm:
+        out = torch.ops.prims.convert_element_type(dt, torch.bfloat16)
+    value = full_value(out, mode)
+    ok = value == [1.75, 1.0] and comm.get_total_counts() == 0
+    return Outcome(
+        ok, f"full_tensor {value}, {out.placements[0]}, {comm.get_total_counts()} collectives"
+    )
+
+
 @reproducer(bug="P(max) int32 200, 100 .to(int8) keeps Partial", upstream="-", patch=CAST_PATCH)
 def partial_max_narrowing_int_cast() -> Outcome:
     import torch
@@ -231,7 +267,7 @@ def foreach_zero_grad_on_partial() -> Outcome:
 @reproducer(
     bug="int64 P(sum).copy_(Replicate 3, 5) reads 2, 4 (Replicate -> Partial divides integers)",
     upstream="-",
-    patch="[DTensor] copy_ into a Partial destination: respect the cast, and do not divide integers",
+    patch="[DTensor] Replicate -> Partial(sum) keeps integers whole instead of dividing them",
 )
 def integer_replicate_to_partial_divides() -> Outcome:
     import torch

@@ -1,11 +1,10 @@
 # Owner(s): ["oncall: distributed"]
-"""copy_ into a Partial destination, and Replicate -> Partial(sum) for integers.
+"""copy_ into a Partial destination.
 
 copy_ casts the source to the destination's dtype; a pending reduction may pass through
 only where that cast commutes with it. For avg/min/max a reduced source is a valid Partial
 value too; a Partial(sum) destination with a non-commuting cast is refused (untouched)
-instead of truncating per rank. Replicate -> Partial(sum) of integers keeps the value on
-the first rank instead of dividing it.
+instead of truncating per rank.
 """
 
 import torch
@@ -61,16 +60,6 @@ class DistPartialCopyTest(DTensorTestBase):
         self.assertEqual(dst.full_tensor(), torch.tensor([3, 7], dtype=torch.uint8))
 
     @with_comms
-    def test_replicate_into_integer_sum_partial_is_not_divided(self):
-        mesh = self.build_device_mesh()
-        for dtype in (torch.int64, torch.int32, torch.bool):
-            dst = self._dtensor(mesh, Partial("sum"), [[0, 0, 0, 0], [0, 0, 0, 0]], dtype)
-            values = [3, 5, 0, 9]
-            src = self._dtensor(mesh, Replicate(), [values, values], dtype)
-            self.assertEqual(self._copy(dst, src), 0)
-            self.assertEqual(dst.full_tensor(), torch.tensor(values, dtype=dtype))
-
-    @with_comms
     def test_commuting_copies_keep_partial_without_collectives(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("sum"), [[0.0, 0.0], [0.0, 0.0]], torch.float32)
@@ -83,10 +72,11 @@ class DistPartialCopyTest(DTensorTestBase):
         self.assertEqual(dst.full_tensor(), torch.tensor([4.0]))
 
     @with_comms
-    def test_new_empty_then_copy_from_a_max_partial(self):
+    def test_replicate_int_destination_from_a_max_partial_reduces_once(self):
+        # new_zeros of a Partial gives Replicate (an initialized factory).
         mesh = self.build_device_mesh()
         base = self._dtensor(mesh, Partial("sum"), [[1.0], [1.0]], torch.float32)
-        dst = base.new_empty((1,), dtype=torch.int32)
+        dst = base.new_zeros((1,), dtype=torch.int32)
         src = self._dtensor(mesh, Partial("max"), [[-1.0], [3.5]], torch.float32)
         self.assertEqual(self._copy(dst, src), 1)
         self.assertEqual(dst.placements, (Replicate(),))

@@ -1,0 +1,121 @@
+# Owner(s): ["oncall: distributed"]
+"""Replicate -> Partial(sum) for integer and bool DTensors.
+
+v / n has no integer (or bool) representation, so the first rank of the mesh dim keeps the
+value and the others hold zeros (which sums to v) instead of a float division. The choice of
+rank is tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank.
+"""
+
+import torch
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._redistribute import redistribute_local_tensor
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    DTensorTestBase,
+    create_local_tensor_test_class,
+    map_local_for_rank,
+    with_comms,
+)
+
+INT_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
+
+
+class DistPartialIntReplicateToPartialTest(DTensorTestBase):
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    def _dtensor(self, mesh, placement, per_rank, dtype):
+        local = map_local_for_rank(self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype))
+        return DTensor.from_local(local, mesh, [placement], run_check=False)
+
+    def _to_partial_sum(self, rep):
+        # DTensor.redistribute refuses R -> P; this is the transform ops plan for it.
+        spec = rep._spec
+        target = DTensorSpec(spec.mesh, (Partial("sum"),), tensor_meta=spec.tensor_meta)
+        local = redistribute_local_tensor(rep.to_local(), spec, target)
+        return DTensor(local, target, requires_grad=False)
+
+    @with_comms
+    def test_redistribute_keeps_value_on_first_rank(self):
+        mesh = self.build_device_mesh()
+        values = [3, 5, 0, 9]
+        for dtype in INT_DTYPES:
+            rep = self._dtensor(mesh, Replicate(), [values, values], dtype)
+            comm_mode = CommDebugMode()
+            with comm_mode:
+                part = self._to_partial_sum(rep)
+            self.assertEqual(comm_mode.get_total_counts(), 0)
+            self.assertEqual(part.dtype, dtype)
+            self.assertEqual(part.to_local().dtype, dtype)
+            expected = map_local_for_rank(
+                self.rank,
+                lambda r, dtype=dtype: torch.tensor(values if r == 0 else [0] * 4, dtype=dtype),
+            )
+            self.assertEqual(part.to_local(), expected)
+            self.assertEqual(part.full_tensor(), torch.tensor(values, dtype=dtype))
+
+    @with_comms
+    def test_replicate_into_integer_sum_partial_is_not_divided(self):
+        mesh = self.build_device_mesh()
+        for dtype in (torch.int64, torch.int32, torch.bool):
+            dst = self._dtensor(mesh, Partial("sum"), [[0, 0, 0, 0], [0, 0, 0, 0]], dtype)
+            values = [3, 5, 0, 9]
+            src = self._dtensor(mesh, Replicate(), [values, values], dtype)
+            comm_mode = CommDebugMode()
+            with comm_mode:
+                dst.copy_(src)
+            self.assertEqual(comm_mode.get_total_counts(), 0)
+            self.assertEqual(dst.full_tensor(), torch.tensor(values, dtype=dtype))
+
+    @with_comms
+    def test_integer_partial_plus_replicate(self):
+        mesh = self.build_device_mesh()
+        p = self._dtensor(mesh, Partial("sum"), [[1, 2, 3], [4, 5, 6]], torch.int64)
+        r = self._dtensor(mesh, Replicate(), [[10, 20, 33], [10, 20, 33]], torch.int64)
+        out = p + r  # r goes Replicate -> Partial(sum), no collective
+        self.assertEqual(out.placements, (Partial("sum"),))
+        self.assertEqual(out.dtype, torch.int64)
+        self.assertEqual(out.full_tensor(), torch.tensor([15, 27, 42]))
+
+    @with_comms
+    def test_float_sum_partial_is_still_divided(self):
+        # The floating-point path is unchanged: every rank holds v / n.
+        mesh = self.build_device_mesh()
+        rep = self._dtensor(mesh, Replicate(), [[3.0, 5.0], [3.0, 5.0]], torch.float32)
+        part = self._to_partial_sum(rep)
+        self.assertEqual(part.to_local(), torch.tensor([1.5, 2.5]))
+        self.assertEqual(part.full_tensor(), torch.tensor([3.0, 5.0]))
+
+
+class DistPartialIntReplicateToPartialCompileTest(DTensorTestBase):
+    """Real processes: one trace under compile_on_one_rank must serve every rank."""
+
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    @with_comms
+    def test_compile_on_one_rank_integer_partial_plus_replicate(self):
+        mesh = self.build_device_mesh()
+        p_local = torch.tensor([[1, 2, 3], [4, 5, 6]][self.rank], dtype=torch.int64)
+        r_local = torch.tensor([10, 20, 33], dtype=torch.int64)
+        p = DTensor.from_local(p_local, mesh, [Partial("sum")], run_check=False)
+        r = DTensor.from_local(r_local, mesh, [Replicate()], run_check=False)
+        torch._dynamo.reset()
+        with torch.compiler.config.patch(compile_on_one_rank=True):
+            fn = torch.compile(lambda a, b: a + b, backend="aot_eager", fullgraph=True)
+            out = fn(p, r)
+        self.assertEqual(out.dtype, torch.int64)
+        self.assertEqual(out.full_tensor(), torch.tensor([15, 27, 42]))
+
+
+DistPartialIntReplicateToPartialTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialIntReplicateToPartialTest
+)
+
+
+if __name__ == "__main__":
+    run_tests()
