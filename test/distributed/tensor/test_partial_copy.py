@@ -51,6 +51,21 @@ class DistPartialCopyTest(DTensorTestBase):
             empty.copy_(self._dtensor(mesh, Partial("sum"), [[0.5], [0.5]], torch.float32))
 
     @with_comms
+    def test_same_dtype_copy_keeps_product_and_bitwise_partials(self):
+        mesh = self.build_device_mesh()
+        for reduce_op, dtype, per_rank, truth in (
+            ("product", torch.float32, [[3.0, 5.0], [4.0, 0.5]], [12.0, 2.5]),
+            ("band", torch.int64, [[6, 5], [3, 4]], [2, 4]),
+            ("bor", torch.int64, [[6, 5], [3, 4]], [7, 5]),
+            ("bxor", torch.int64, [[6, 5], [3, 4]], [5, 1]),
+        ):
+            dst = self._dtensor(mesh, Partial(reduce_op), [[0, 0], [0, 0]], dtype)
+            src = self._dtensor(mesh, Partial(reduce_op), per_rank, dtype)
+            self.assertEqual(self._copy(dst, src), 0)
+            self.assertEqual(dst.placements, (Partial(reduce_op),))
+            self.assertEqual(dst.full_tensor(), torch.tensor(truth, dtype=dtype))
+
+    @with_comms
     def test_max_into_uint8_partial_reduces_the_source_first(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("max"), [[0, 0], [0, 0]], torch.uint8)
