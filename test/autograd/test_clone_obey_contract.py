@@ -4,15 +4,19 @@
 A header change cannot be activated on a wheel (libtorch has its own inline copy), so this
 test compiles the overlay's header into a small extension and compares it with the stock
 function that the wheel's AccumulateGrad runs (a leaf backward), on many plain layouts and
-on sparse leaves; compares direct calls on non-strided layouts (sparse, mkldnn, nested,
-jagged) and symbolic sizes, which must take the stock path, with the same extension built
-from the stock header; and checks the DTensor case the patch is for: a Partial,
-non-contiguous gradient of a Replicate parameter stays Partial with no collective, even
-with DTensor's new_empty_strided rule reverted to Replicate.
+on sparse leaves; compares direct calls with the same extension built from the stock
+header where the stock path must be taken: plain tensors (results, grad_fn and dispatched
+ops), non-strided layouts (sparse, mkldnn, nested, jagged), symbolic sizes, and tensor
+subclasses under grad mode or with a gradient of another shape or device; checks that a
+tensor subclass without grad mode sees one aten.clone(memory_format=...); and checks the
+DTensor case the patch is for: a Partial, non-contiguous gradient of a Replicate parameter
+stays Partial with no collective, even with DTensor's new_empty_strided rule reverted to
+Replicate.
 """
 
 import hashlib
 import itertools
+import re
 import shutil
 from contextlib import contextmanager
 from functools import cache
@@ -34,6 +38,9 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
     map_local_for_rank,
     with_comms,
 )
+from torch.testing._internal.logging_tensor import LoggingTensor, capture_logs
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "torch_overlay"
@@ -150,6 +157,63 @@ def any_layouts(shape):
     yield "jagged", torch.nested.nested_tensor([dense, dense[1:] * 2], layout=torch.jagged)
 
 
+def graph_desc(fn):
+    """test_autograd.py's graph_desc: grad_fn names down to the leaves."""
+    if fn is None:
+        return "None"
+    children = ", ".join(graph_desc(next_fn) for next_fn, _ in fn.next_functions)
+    return f"{type(fn).__name__}({children})"
+
+
+def logged_ops(logs):
+    """Op names and memory_format kwargs from LoggingTensor's capture_logs() lines."""
+    ops = []
+    for line in logs:
+        name = re.search(r"aten\.(\w+)\.", line).group(1)
+        fmt = re.search(r"memory_format=([\w.]+)", line)
+        ops.append(f"{name}({fmt.group(1)})" if fmt else name)
+    return ops
+
+
+class RecordOps(TorchDispatchMode):
+    """Names of the aten ops dispatched under it (plain tensors too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+class IgnoresMemoryFormat(torch.Tensor):
+    """Wrapper subclass whose clone keeps the layout it has (ignores memory_format)."""
+
+    ops: list[str] = []
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), dtype=elem.dtype, device=elem.device
+        )
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        cls.ops.append(func.overloadpacket.__name__)
+        kwargs = dict(kwargs or {})
+        if func is aten.clone.default:
+            kwargs["memory_format"] = torch.preserve_format
+        args, kwargs = tree_map_only(cls, lambda t: t.elem, (args, kwargs))
+        out = func(*args, **kwargs)
+        if func is aten.copy_.default:
+            return cls(out)
+        return tree_map_only(torch.Tensor, cls, out)
+
+
 def outcome(fn, *args, **kwargs):
     """fn's result, or the first line of the error it raises (same path: same error)."""
     try:
@@ -180,6 +244,7 @@ class TestCloneObeyContract(TestCase):
         self.assertEqual((patched.is_conj(), patched.is_neg()), (stock.is_conj(), stock.is_neg()))
         self.assertTrue(torch.equal(patched, stock))
         self.assertEqual(patched.requires_grad, stock.requires_grad)
+        self.assertEqual(graph_desc(patched.grad_fn), graph_desc(stock.grad_fn))
         if create_graph and stock.numel():
             weight = torch.randn_like(stock)
             (expected,) = torch.autograd.grad((stock * weight).real.sum(), grad)
@@ -293,6 +358,217 @@ class TestCloneObeyContract(TestCase):
                     cases += 1
         self.assertGreater(cases, 500)
 
+    def test_plain_tensors_take_the_stock_path(self):
+        # Direct calls, with and without grad mode: the stock header's result, history and
+        # dispatched ops (seen by a dispatch mode, which leaves the tensors plain).
+        ext = require_extension(self)
+        stock = require_extension(self, stock=True)
+        torch.manual_seed(0)
+        for shape, dtype in itertools.product(
+            [(3, 4), (1, 3, 1, 4), (2, 3, 4, 5), (2, 3, 2, 2, 3)], [torch.float32, torch.complex64]
+        ):
+            for (v_name, variable), (g_name, new_grad), grad_mode in itertools.product(
+                list(variables(shape, dtype)), list(new_grads(shape, dtype)), [False, True]
+            ):
+                with self.subTest(shape=shape, dtype=dtype, variable=v_name, grad=g_name,
+                                  grad_mode=grad_mode):  # fmt: skip
+                    grad = new_grad.detach().requires_grad_(grad_mode)
+                    with torch.autograd.set_grad_enabled(grad_mode):
+                        with RecordOps() as expected_ops:
+                            expected = stock.clone_obey_contract(grad, variable)
+                        with RecordOps() as actual_ops:
+                            actual = ext.clone_obey_contract(grad, variable)
+                    self.assertEqual(actual_ops.ops, expected_ops.ops)
+                    self._assert_same_tensor(actual, expected)
+                    self.assertEqual((actual.is_conj(), actual.is_neg()),
+                                     (expected.is_conj(), expected.is_neg()))  # fmt: skip
+                    self.assertEqual(graph_desc(actual.grad_fn), graph_desc(expected.grad_fn))
+
+    def test_create_graph_history_matches_test_autograd(self):
+        # test_autograd.py's TestAutograd.test_function and test_once_differentiable: the
+        # grad_fn of x.grad after backward(create_graph=True), here with the gradient that
+        # reaches AccumulateGrad(x) accumulated by the extension.
+        from torch.autograd import Function
+        from torch.autograd.function import once_differentiable
+
+        ext = require_extension(self)
+
+        class MyFunction(Function):
+            @staticmethod
+            def forward(ctx, tensor1, pyscalar, tensor2):
+                ctx.pyscalar = pyscalar
+                ctx.save_for_backward(tensor1, tensor2)
+                return tensor1 + pyscalar * tensor2 + tensor1 * tensor2
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                var1, var2 = ctx.saved_tensors
+                return (
+                    grad_output + grad_output * var2,
+                    None,
+                    (grad_output * ctx.pyscalar + grad_output * var1),
+                )
+
+        class OnceDifferentiable(MyFunction):
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, grad_output):
+                var1, var2 = ctx.saved_tensors
+                return (
+                    grad_output + grad_output * var2,
+                    None,
+                    (grad_output * ctx.pyscalar + grad_output * var1),
+                )
+
+        for fn in (MyFunction, OnceDifferentiable):
+            with self.subTest(fn=fn.__name__):
+                x = torch.randn(5, 5, dtype=torch.double, requires_grad=True)
+                y = torch.randn(5, 5, dtype=torch.double, requires_grad=True)
+                go = torch.ones((), dtype=torch.double, requires_grad=True)
+                fn.apply(x, 2, y).sum().backward(go, create_graph=True)
+                gx, _ = torch.autograd.grad(fn.apply(x, 2, y).sum(), (x, y), go, create_graph=True)
+                actual = graph_desc(ext.accumulate_grad(x, gx, True).grad_fn)
+                self.assertEqual(actual, graph_desc(x.grad.grad_fn))
+                self.assertTrue(actual.startswith("CopyBackwards(None, "), actual)
+                if fn is OnceDifferentiable:  # the string test_once_differentiable asserts
+                    self.assertEqual(
+                        actual,
+                        "CopyBackwards(None, Error(AccumulateGrad(), None, AccumulateGrad()))",
+                    )
+
+    def _subclass_outcomes(self, variable, new_grad, grad_mode, accumulate=False):
+        """(ops, result or error) of the stock and the overlay header for a LoggingTensor
+        new_grad (a fresh one per call, same strides: accumulate_grad may steal it)."""
+        results = []
+        for e in (require_extension(self, stock=True), require_extension(self)):
+            grad = LoggingTensor(new_grad.clone(), requires_grad=grad_mode)
+            with capture_logs() as logs, torch.autograd.set_grad_enabled(grad_mode):
+                if accumulate:
+                    leaf = variable.detach().requires_grad_()
+                    out, error = outcome(e.accumulate_grad, leaf, grad, grad_mode)
+                else:
+                    out, error = outcome(e.clone_obey_contract, grad, variable)
+            results.append((logged_ops(logs), out, error))
+        return results
+
+    def test_subclass_takes_a_single_clone_only_without_grad_mode(self):
+        require_extension(self)
+        torch.manual_seed(0)
+        cases = {
+            "contiguous": (torch.randn(3, 4), torch.randn(4, 3).t(), "contiguous_format"),
+            "channels_last": (
+                torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+                torch.randn(2, 3, 4, 5),
+                "channels_last",
+            ),
+            "channels_last_3d": (
+                torch.randn(2, 3, 2, 2, 3).to(memory_format=torch.channels_last_3d),
+                torch.randn(2, 3, 2, 2, 3),
+                "channels_last_3d",
+            ),
+            "channels_last_size1": (
+                torch.randn(2, 3, 1, 1).to(memory_format=torch.channels_last),
+                torch.randn(2, 3, 1, 1),
+                "channels_last",
+            ),
+            "permuted": (torch.randn(4, 3).t(), torch.randn(3, 4), None),
+            "non_dense": (torch.randn(3, 8)[:, ::2], torch.randn(3, 4), None),
+        }
+        for (name, (variable, new_grad, fmt)), grad_mode, accumulate in itertools.product(
+            cases.items(), [False, True], [False, True]
+        ):
+            with self.subTest(variable=name, grad_mode=grad_mode, accumulate=accumulate):
+                (expected_ops, expected, expected_error), (actual_ops, actual, actual_error) = (
+                    self._subclass_outcomes(variable, new_grad, grad_mode, accumulate)
+                )
+                self.assertIsNone(expected_error)
+                self.assertIsNone(actual_error)
+                self.assertIsInstance(actual, LoggingTensor)
+                if fmt is not None and not grad_mode:
+                    self.assertEqual(actual_ops, [f"clone(torch.{fmt})"])
+                    self.assertEqual(expected_ops, ["new_empty_strided", "copy_"])
+                else:
+                    self.assertEqual(actual_ops, expected_ops)
+                    self.assertIn(
+                        actual_ops,
+                        (["new_empty_strided", "copy_"], ["clone(torch.contiguous_format)"]),
+                    )
+                self.assertEqual(actual.shape, expected.shape)
+                self.assertEqual(actual.stride(), expected.stride())
+                if fmt is not None:
+                    self.assertEqual(actual.stride(), variable.stride())
+                self.assertEqual(actual.elem.stride(), expected.elem.stride())
+                self.assertTrue(torch.equal(actual.elem, expected.elem))
+                self.assertEqual(graph_desc(actual.grad_fn), graph_desc(expected.grad_fn))
+
+    def test_subclass_clone_without_the_variable_strides_is_not_returned(self):
+        # A clone that ignores memory_format would break the layout contract: the result
+        # then comes from the stock path (new_empty_strided + copy_) after that clone.
+        ext = require_extension(self)
+        stock = require_extension(self, stock=True)
+        torch.manual_seed(0)
+        cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+        cases = {
+            "channels_last variable, contiguous grad": (cl, torch.randn(2, 3, 4, 5), False),
+            "contiguous variable, transposed grad": (
+                torch.randn(3, 4),
+                torch.randn(4, 3).t(),
+                False,
+            ),
+            "contiguous variable, contiguous grad": (torch.randn(3, 4), torch.randn(3, 4), True),
+        }
+        for (name, (variable, new_grad, clone_kept)), accumulate in itertools.product(
+            cases.items(), [False, True]
+        ):
+            with self.subTest(case=name, accumulate=accumulate):
+                results = []
+                for e in (stock, ext):
+                    IgnoresMemoryFormat.ops = []
+                    grad = IgnoresMemoryFormat(new_grad)
+                    if accumulate:
+                        out = e.accumulate_grad(variable.detach().requires_grad_(), grad, False)
+                    else:
+                        with torch.no_grad():
+                            out = e.clone_obey_contract(grad, variable)
+                    results.append((IgnoresMemoryFormat.ops, out))
+                (expected_ops, expected), (actual_ops, actual) = results
+                if clone_kept:
+                    self.assertEqual(actual_ops, ["clone"])
+                else:
+                    self.assertEqual(actual_ops, ["clone", "new_empty_strided", "copy_"])
+                    self.assertEqual(expected_ops, ["new_empty_strided", "copy_"])
+                self.assertEqual(actual.stride(), variable.stride())
+                self.assertEqual(actual.stride(), expected.stride())
+                self.assertEqual(actual.elem.stride(), expected.elem.stride())
+                self.assertTrue(torch.equal(actual.elem, expected.elem))
+
+    def test_subclass_grad_of_another_shape_or_device_takes_the_stock_path(self):
+        # Direct calls only (the engine validates shapes and devices before AccumulateGrad;
+        # torch.ops.inductor.accumulate_grad_ does not): the stock result, or error.
+        require_extension(self)
+        torch.manual_seed(0)
+        cases = {
+            "broadcastable (1, 4) into (3, 4)": (torch.randn(3, 4), torch.randn(1, 4)),
+            "meta into cpu": (torch.randn(3, 4), torch.empty(3, 4, device="meta")),
+            "cpu into meta": (torch.empty(3, 4, device="meta"), torch.randn(3, 4)),
+        }
+        for (name, (variable, new_grad)), grad_mode in itertools.product(
+            cases.items(), [False, True]
+        ):
+            with self.subTest(case=name, grad_mode=grad_mode):
+                (expected_ops, expected, expected_error), (actual_ops, actual, actual_error) = (
+                    self._subclass_outcomes(variable, new_grad, grad_mode)
+                )
+                self.assertEqual(actual_ops, expected_ops)
+                self.assertEqual(actual_error, expected_error)
+                if expected_error is None:
+                    self.assertEqual(
+                        (actual.shape, actual.stride(), actual.device, actual.elem.device),
+                        (expected.shape, expected.stride(), expected.device, expected.elem.device),
+                    )
+                    self.assertEqual(actual.shape, variable.shape)
+                    self.assertEqual(actual.device, variable.device)
+
 
 def new_empty_strided_replicates_partial(op, args_schema, kwargs_schema):
     """DTensor's new_empty_strided rule without the Partial workaround: the rule of the
@@ -329,6 +605,7 @@ class CloneObeyContractDTensorTest(DTensorTestBase):
     @with_comms
     def test_partial_transposed_grad_of_replicate_param_stays_partial(self):
         ext = require_extension(self)
+        stock = require_extension(self, stock=True)
         mesh = self.build_device_mesh()
         torch.manual_seed(0)
         param = nn.Parameter(distribute_tensor(torch.randn(4, 6), mesh, [Replicate()]))
@@ -346,13 +623,24 @@ class CloneObeyContractDTensorTest(DTensorTestBase):
             self.assertEqual(probe.placements, (Replicate(),))
             comm_mode = CommDebugMode()
             with comm_mode:
-                result = ext.clone_obey_contract(grad, param)
+                with torch.no_grad():  # AccumulateGrad's grad mode without create_graph
+                    result = ext.clone_obey_contract(grad, param)
                 accumulated = ext.accumulate_grad(param, grad, False)
+            # With grad mode (create_graph), the stock path: here a Replicate buffer.
+            with CommDebugMode() as expected_comms:
+                expected = stock.clone_obey_contract(grad, param)
+            with CommDebugMode() as actual_comms:
+                actual = ext.clone_obey_contract(grad, param)
         self.assertEqual(comm_mode.get_total_counts(), 0)
         for out in (result, accumulated):
             self.assertEqual(out.placements, (Partial("sum"),))
             self.assertEqual(out.stride(), param.stride())
             self.assertEqual(out.full_tensor(), truth)
+        self.assertEqual(actual.placements, expected.placements)
+        self.assertEqual(actual.placements, (Replicate(),))
+        self.assertEqual(actual_comms.get_total_counts(), expected_comms.get_total_counts())
+        self.assertEqual(actual.stride(), expected.stride())
+        self.assertEqual(actual.full_tensor(), truth)
 
 
 CloneObeyContractDTensorTestWithLocalTensor = create_local_tensor_test_class(
