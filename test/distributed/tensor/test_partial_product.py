@@ -96,7 +96,9 @@ class DistPartialProductTest(DTensorTestBase):
         self.run_subtests({"name": list(GIVES_REPLICATE)}, self._check_factory, mesh)
 
     @with_comms
-    def test_uninitialized_factories_inherit_the_pending_product(self):
+    def test_uninitialized_factories_give_replicate_without_reducing(self):
+        # Unlike sum/avg/min/max (#180511), a product buffer could not take a
+        # Replicate value later (no Replicate -> Partial("product") conversion).
         mesh = self.build_device_mesh()
         for make in (
             torch.empty_like,
@@ -106,8 +108,24 @@ class DistPartialProductTest(DTensorTestBase):
             comm_mode = CommDebugMode()
             with comm_mode:
                 out = make(self._product(mesh))
+                out.copy_(torch.zeros_like(out))
             self.assertEqual(comm_mode.get_total_counts(), 0)
-            self.assertEqual(out.placements, (Partial("product"),))
+            self.assertEqual(out.placements, (Replicate(),))
+            self.assertEqual(out.full_tensor(), torch.zeros(2, 2))
+
+    @with_comms
+    def test_copy_slices_with_a_product_gradient(self):
+        # y = w * 1; y[0].mul_(2): CopySlices builds the grad with
+        # grad.new_empty_strided(base) + copy_ of a Replicate result.
+        mesh = self.build_device_mesh()
+        ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
+        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        y = weight.to_local(grad_placements=[Partial("product")]) * 1
+        y[0].mul_(2)
+        y.backward(map_local_for_rank(self.rank, rank_values))
+        truth = self._truth().clone()
+        truth[0] *= 2**self.world_size
+        self.assertEqual(weight.grad.full_tensor(), truth)
 
     @with_comms
     def test_bitwise_partials_pass_through_views_and_selections(self):
