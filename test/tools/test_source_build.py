@@ -138,12 +138,10 @@ class SourceBuildTest(TestCase):
 
     def test_refuses_a_series_that_conflicts_with_head(self):
         ops = self.src / "torch/distributed/tensor/_ops/_tensor_ops.py"
-        ops.write_text(
-            ops.read_text().replace("aten.alias.default,", "aten.alias.default,  # moved")
-        )
+        ops.write_text(ops.read_text().replace("aten.view.dtype,", "aten.view.dtype,  # moved"))
         git("commit", "-q", "-am", "upstream moved on", cwd=self.src)
         self.assert_refused(
-            r"0001-.*\.patch does not apply on .* \(conflicts in: torch/distributed/tensor/_ops/_tensor_ops.py\); nothing was changed",
+            r"0002-.*\.patch does not apply on .* \(conflicts in: torch/distributed/tensor/_ops/_tensor_ops.py\); nothing was changed",
             onto_head=True,
         )
 
@@ -161,20 +159,20 @@ class SourceBuildTest(TestCase):
             self.assertNotIn("Requires-Source-Build", message)
             self.assertIn("Test Plan:", message)
         first = git("diff-tree", "--no-commit-id", "--name-only", "-r", shas[0], cwd=self.src)
-        self.assertIn("test/distributed/tensor/test_partial_fill.py", first)
+        self.assertIn("test/autograd/test_clone_obey_contract.py", first)
         self.assertIn("rehearsal (ghstack's fake GitHub, offline; nothing was pushed):", out)
         for number, subject in enumerate(subjects, 500):
             self.assertIn(f"#{number} {subject}  (gh/you/{number - 499}/head -> ", out)
 
     def test_stack_never_overwrites_an_upstream_test(self):
-        clash = self.src / "test/distributed/tensor/test_partial_fill.py"
+        clash = self.src / "test/distributed/tensor/test_partial_product.py"
         clash.parent.mkdir(parents=True)
         clash.write_text("# upstream's own file\n")
         git("add", "-A", cwd=self.src)
         git("commit", "-q", "-m", "upstream test", cwd=self.src)
         before = checkout_state(self.src)
         with self.assertRaisesRegex(
-            OverlayError, "would overwrite upstream files.*test_partial_fill.py"
+            OverlayError, "would overwrite upstream files.*test_partial_product.py"
         ):
             stack(REPO, self.src, onto_head=True)
         self.assertEqual(checkout_state(self.src), before)
