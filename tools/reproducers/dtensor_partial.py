@@ -78,7 +78,10 @@ def partial_product_zero_raises() -> Outcome:
     bug="Partial transposed grad of a Replicate param is all-reduced in AccumulateGrad "
     "(new_empty_strided without the DTensor workaround)",
     upstream="pytorch/pytorch#180486",
-    patch="[autograd] clone_obey_contract: a single clone when the parameter has standard strides",
+    patch=(
+        "[autograd] clone_obey_contract: a single clone for a tensor subclass gradient when the "
+        "parameter has standard strides"
+    ),
 )
 def accumulate_grad_reduces_partial_grad() -> Outcome:
     import torch
