@@ -94,6 +94,14 @@ def cases(mesh):
         batch = torch.rand(4, 16)
         return lambda: model(batch).sum().backward()
 
+    def compiled(fn):
+        def setup():
+            weight = torch.nn.Parameter(dtensor(Shard(0)))
+            compiled_fn = torch.compile(fn, backend="inductor")
+            return lambda: compiled_fn(weight)
+
+        return setup
+
     S, R, P = Shard(0), Replicate(), Partial()
     f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
     return [
@@ -135,6 +143,9 @@ def cases(mesh):
         ("Adam.step R param, P(sum) grad", adam(R, P)),
         ("Adam.step S(0) param, P(sum) grad", adam(S, P)),
         ("TP MLP fwd+bwd (Colwise+Rowwise)", tp_mlp),
+        ("compiled w.to_local(), w = S(0) param", compiled(lambda w: w.to_local())),
+        ("compiled w.to_local().t()", compiled(lambda w: w.to_local().t())),
+        ("compiled (w * 2).to_local() (no alias)", compiled(lambda w: (w * 2).to_local())),
     ]
 
 

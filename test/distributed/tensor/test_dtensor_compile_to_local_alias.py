@@ -1,15 +1,37 @@
 # Owner(s): ["oncall: distributed"]
-"""A compiled ``to_local()`` of a DTensor parameter returns an alias of its local tensor,
-never the local tensor object itself: with inductor, torch 2.15.0 hands back
-``param._local_tensor`` and autograd then sets ``requires_grad`` / ``grad_fn`` on it,
-mutating the parameter. The fake process group is enough (single process)."""
+"""A compiled ``to_local()`` of a DTensor parameter aliases its local tensor like eager.
+
+Eager's ``DTensor.to_local()`` returns a view of ``param._local_tensor``: ``_base`` is the
+local tensor, the version counter is shared (an in-place write to the local tensor makes
+autograd refuse the stale output), and the local tensor itself never gets a ``grad_fn``.
+torch 2.15.0 keeps that under aot_eager, but inductor hands back ``param._local_tensor``
+itself (autograd then sets ``requires_grad`` / ``grad_fn`` on the parameter's local tensor)
+or, for ``to_local().t()``, an alias that is no view. The fake process group is enough.
+"""
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, distribute_tensor
-from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+    TestCase,
+)
 from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+def to_local(w):
+    return w.to_local()
+
+
+def to_local_t(w):
+    return w.to_local().t()
+
+
+def to_local_and_mul(w):
+    return w.to_local(), (w * 2).to_local()
 
 
 class DTensorCompileToLocalAliasTest(TestCase):
@@ -23,33 +45,54 @@ class DTensorCompileToLocalAliasTest(TestCase):
         torch._dynamo.reset()
         super().tearDown()
 
-    def parameter(self):
+    def parameter(self, placement):
         torch.manual_seed(0)
         local = torch.randn(4, 4)
-        return torch.nn.Parameter(distribute_tensor(local, self.mesh, [Replicate()]))
+        return torch.nn.Parameter(distribute_tensor(local, self.mesh, [placement]))
 
-    def check_alias(self, backend):
-        param, ref = self.parameter(), self.parameter()
+    @parametrize("backend", ["aot_eager", "inductor"])
+    @parametrize(
+        "fn", [to_local, to_local_t, to_local_and_mul], name_fn=lambda fn: fn.__name__
+    )
+    @parametrize(
+        "placement", [Replicate(), Shard(0)], name_fn=lambda p: type(p).__name__.lower()
+    )
+    def test_output_is_a_view_of_the_local_tensor(self, backend, fn, placement):
+        param, ref = self.parameter(placement), self.parameter(placement)
         inner = param._local_tensor
-        out = torch.compile(lambda w: w.to_local(), backend=backend, fullgraph=True)(param)
+        out = torch.compile(fn, backend=backend, fullgraph=True)(param)
+        expected = fn(ref)
+        if isinstance(out, tuple):
+            (out, other), (expected, expected_other) = out, expected
+            self.assertEqual(other, expected_other, atol=0, rtol=0)
+
         # the parameter's local tensor is untouched ...
         self.assertIsNot(out, inner)
         self.assertFalse(inner.requires_grad)
         self.assertIsNone(inner.grad_fn)
-        # ... and the output is an alias of it, differentiable like eager's
-        self.assertEqual(out.untyped_storage().data_ptr(), inner.untyped_storage().data_ptr())
-        self.assertTrue(out.requires_grad)
+        # ... and the output is a view of it, as in eager
+        self.assertTrue(expected._is_view() and expected._base is ref._local_tensor)
+        self.assertTrue(out._is_view())
+        self.assertIs(out._base, inner)
+        self.assertEqual(out, expected, atol=0, rtol=0)
+        self.assertEqual(out.stride(), expected.stride())
+
         (out * 3).sum().backward()
-        (ref.to_local() * 3).sum().backward()
-        self.assertEqual(param.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
+        (expected * 3).sum().backward()
         self.assertEqual(param.grad.placements, ref.grad.placements)
+        self.assertEqual(param.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
 
-    def test_inductor(self):
-        self.check_alias("inductor")
+        # the version counter is shared: autograd refuses the output once the local
+        # tensor has been written in place, like eager
+        version = out._version
+        with torch.no_grad():
+            inner.add_(1)
+        self.assertEqual(out._version, version + 1)
+        with self.assertRaisesRegex(RuntimeError, "modified inplace"):
+            _ = out.grad_fn
 
-    def test_aot_eager(self):
-        """aot_eager already returned a new tensor on torch 2.15.0: a guard."""
-        self.check_alias("aot_eager")
+
+instantiate_parametrized_tests(DTensorCompileToLocalAliasTest)
 
 
 if __name__ == "__main__":
