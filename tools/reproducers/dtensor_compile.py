@@ -44,6 +44,41 @@ def _submesh_output(queue) -> None:
     dist.destroy_process_group()
 
 
+def _submesh_inductor(queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+
+    def f(w):
+        return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()])
+
+    torch.manual_seed(0)
+    w = distribute_tensor(torch.randn(4, 4), mesh, [Replicate(), Replicate()])
+    try:
+        out = torch.compile(f, backend="inductor", fullgraph=True)(w.requires_grad_())
+        same = out.device_mesh == mesh["tp"] and torch.equal(out.to_local(), f(w).to_local())
+        queue.put((same, "compiled equals eager" if same else "output differs from eager"))
+    except Exception as error:  # the bug is a compile error
+        message = [line for line in str(error).splitlines() if "Error" in line]
+        queue.put((False, (message or [type(error).__name__])[0][:80]))
+    dist.destroy_process_group()
+
+
+@reproducer(
+    bug="compile(from_local(w.to_local(), w.device_mesh['tp']), 'inductor'): _get_submesh node",
+    upstream="pytorch/torchtitan#3013",
+    patch="[DeviceMesh] Reconstruct a traced submesh through the _get_submesh OpOverload",
+)
+def compiled_submesh_not_an_op_overload() -> Outcome:
+    ok, detail = in_spawned_child(_submesh_inductor)
+    return Outcome(ok, detail)
+
+
 @reproducer(
     bug="compile(from_local(w.to_local(), w.device_mesh['tp']) * x): forward output is tangents_2",
     upstream="pytorch/torchtitan#3013",
