@@ -63,8 +63,8 @@ def materialize(repo: Path, dest: Path, overlay: Path | None = None) -> Plan:
     check_installed(pin, torch)
     overlay = overlay or repo / OVERLAY_DIR
     overlay_repo.require(overlay)
-    commits = overlay_repo.commits(overlay)
-    held_back = [c for c in commits if c.needs_build]
+    commits = overlay_repo.commits(overlay) + overlay_repo.source_only_commits(repo, pin)
+    held_back = [c for c in commits if c.needs_build and c.sha]  # source-only: no Python
     tracked = git("ls-files", "-co", "--exclude-standard", "--", "torch/*.py", cwd=overlay)
     dest.mkdir(parents=True)
     for rel in tracked.split():

@@ -4,6 +4,13 @@ The base record (``patches/base.json``) pins the torch release, its upstream git
 sha256 of every upstream file a patch touches. Base files are read from the installed wheel:
 ``.py`` files from ``site-packages/torch``, C++ headers from ``site-packages/torch/include``
 (placed at their source paths, e.g. ``torch/csrc/autograd/utils/grad_layout_contract.h``).
+
+A file the wheel does not ship (a ``.cpp`` source) is listed under ``source_only`` instead,
+with where its patch's context lines come from. A patch that changes only such files is a
+source-only patch: it lives in ``patches/`` alone (the overlay repository cannot hold a base
+it does not have), it is always held back on a wheel, and ``build`` / ``stack`` apply it to
+the PyTorch checkout's own copy of the file with ``git apply --3way``, which applies by
+context when the checkout lacks the recorded preimage.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PIN_FILE = Path("patches/base.json")
@@ -65,6 +72,8 @@ class Pin:
     version: str
     git_version: str
     files: dict[str, str]  # source path -> sha256 of the upstream file
+    # source path of a file the wheel does not ship -> where its patch's context comes from
+    source_only: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,7 +89,12 @@ def read_pin(repo: Path) -> Pin:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise OverlayError(f"no base record at {path}") from None
-    return Pin(data["torch_version"], data["git_version"], dict(data["files"]))
+    return Pin(
+        data["torch_version"],
+        data["git_version"],
+        dict(data["files"]),
+        dict(data.get("source_only", {})),
+    )
 
 
 def write_pin(repo: Path, pin: Pin) -> None:
@@ -89,7 +103,48 @@ def write_pin(repo: Path, pin: Pin) -> None:
         "git_version": pin.git_version,
         "files": dict(sorted(pin.files.items())),
     }
+    if pin.source_only:
+        data["source_only"] = dict(sorted(pin.source_only.items()))
     (repo / PIN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def patch_paths(text: bytes) -> list[str]:
+    """The files a ``git format-patch`` file changes."""
+    return re.findall(r"^diff --git a/(\S+) b/", text.decode(errors="replace"), re.M)
+
+
+def is_source_only(pin: Pin, text: bytes) -> bool:
+    """Whether the patch changes only files the wheel does not ship (see the module doc).
+    A patch that mixes such files with wheel files is refused: split it."""
+    paths = patch_paths(text)
+    outside = [p for p in paths if p in pin.source_only]
+    if outside and len(outside) != len(paths):
+        raise OverlayError(
+            f"a patch changes both files the wheel ships and files it does not "
+            f"({', '.join(outside)}); split it into two patches"
+        )
+    return bool(outside)
+
+
+# A patch that only stands in, on a wheel, for a fix that needs a source build carries this
+# trailer, naming the subject of the patch that replaces it; build and stack leave it out.
+WHEEL_STOPGAP_TRAILER = "Wheel-Stopgap"
+
+
+def wheel_stopgap(text: bytes) -> str:
+    """The subject a wheel stopgap patch names in its trailer, or "" for any other patch."""
+    message = text.decode(errors="replace").split("\n---\n", 1)[0]
+    found = re.search(rf"^{WHEEL_STOPGAP_TRAILER}:\s*(.+)$", message, re.M)
+    return found.group(1).strip() if found else ""
+
+
+def source_only_series(repo: Path, pin: Pin) -> list[str]:
+    """The source-only patches of the series, in series order."""
+    return [
+        name
+        for name in read_series(repo)
+        if is_source_only(pin, (repo / "patches" / name).read_bytes())
+    ]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from tools import overlay_repo
 from tools.active import materialize
 from tools.base import (
     OVERLAY_DIR,
+    PIN_FILE,
     SERIES_FILE,
     UPSTREAM_MAP_FILE,
     OverlayError,
@@ -117,6 +118,10 @@ def check(repo: Path) -> list[str]:
             materialize(repo, Path(scratch) / "active", overlay=Path(scratch) / "overlay")
         except OverlayError as error:
             problems.append(f"on a wheel: {error}")
+    for commit in overlay_repo.source_only_commits(repo, pin):
+        changed.update(commit.files)
+    problems += [f"{p}: in {PIN_FILE}'s source_only, but the wheel ships it" for p in
+                 pin.source_only if (torch.site / p).exists()]  # fmt: skip
     if overlay_repo.exists(repo / OVERLAY_DIR):
         problems += pending(repo)
     upstream = read_upstream_map(repo)

@@ -1,4 +1,7 @@
-"""`torch-overlay export`: write the overlay's commits back to ``patches/`` and the base record."""
+"""`torch-overlay export`: write the overlay's commits back to ``patches/`` and the base record.
+
+Source-only patches (tools/base.py) are not in the overlay; they are kept as they are, after
+the overlay's patches."""
 
 from __future__ import annotations
 
@@ -15,17 +18,26 @@ from tools.base import (
     read_pin,
     read_series,
     sha256,
+    source_only_series,
     write_pin,
 )
 
 
 def planned(repo: Path) -> tuple[list[tuple[str, bytes]], Pin]:
-    """The patches and base record that the overlay's commits stand for."""
+    """The patches and base record that the overlay's commits stand for. Source-only patches
+    (which the overlay does not hold) keep their text and follow the overlay's patches,
+    renumbered."""
     overlay = repo / OVERLAY_DIR
     overlay_repo.require(overlay)
     pin = read_pin(repo)
     files = {path: sha256(data) for path, data in overlay_repo.base_files(overlay).items()}
-    return overlay_repo.render_patches(overlay), Pin(pin.version, pin.git_version, files)
+    patches = overlay_repo.render_patches(overlay)
+    for name in source_only_series(repo, pin):
+        number = f"{len(patches) + 1:04d}"
+        patches.append(
+            (f"{number}-{name.split('-', 1)[1]}", (repo / "patches" / name).read_bytes())
+        )
+    return patches, Pin(pin.version, pin.git_version, files, pin.source_only)
 
 
 def pending(repo: Path) -> list[str]:

@@ -17,7 +17,15 @@ import tempfile
 from pathlib import Path
 
 from tools import overlay_repo
-from tools.base import OverlayError, find_repo, git, installed_torch, read_pin, read_series
+from tools.base import (
+    OverlayError,
+    find_repo,
+    git,
+    installed_torch,
+    read_pin,
+    read_series,
+    source_only_series,
+)
 
 CPP_SUFFIXES = (".h", ".hpp", ".cuh", ".cpp", ".cu")
 
@@ -47,6 +55,10 @@ def lint(repo: Path, clang_format: str) -> list[str]:
         with tempfile.TemporaryDirectory() as scratch:
             overlay = Path(scratch) / "overlay"
             overlay_repo.build(repo, overlay, pin, installed_torch())
+            # A source-only patch has no base file here, so clang-format cannot see the
+            # code around its lines; format such a patch against the checkout's file.
+            source_only = set(source_only_series(repo, pin))
+            names = [name for name in names if name not in source_only]
             return format_messages(overlay, names, clang_format)
     except OverlayError as error:
         text = str(error)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email
+import email.policy
 import re
 import tempfile
 from dataclasses import dataclass
@@ -14,8 +16,11 @@ from tools.base import (
     Pin,
     git,
     git_bytes,
+    is_source_only,
+    patch_paths,
     read_base_file,
     read_series,
+    source_only_series,
 )
 
 OVERLAY_README = """\
@@ -58,6 +63,8 @@ def build(repo: Path, dest: Path, pin: Pin, torch: InstalledTorch) -> None:
         patch = repo / "patches" / name
         if not patch.exists():
             raise OverlayError(f"patches/series names {name}, which does not exist")
+        if is_source_only(pin, patch.read_bytes()):
+            continue  # no base to apply it to here; see source_only_commits()
         try:
             # --keep-non-patch keeps "[DTensor]" in subjects; git apply never fuzzes context.
             git(
@@ -114,6 +121,20 @@ def commits(overlay: Path) -> list[Commit]:
         else:
             reason = ""
         result.append(Commit(sha, subject, files, reason))
+    return result
+
+
+def source_only_commits(repo: Path, pin: Pin) -> list[Commit]:
+    """The series' source-only patches (see tools/base.py), which the overlay repository
+    does not hold: always held back on a wheel. Their ``sha`` is empty."""
+    result = []
+    for name in source_only_series(repo, pin):
+        text = (repo / "patches" / name).read_bytes()
+        header = email.message_from_bytes(text, policy=email.policy.default)["Subject"]
+        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(header))
+        files = tuple(patch_paths(text))
+        reason = "changes files the wheel does not ship: " + ", ".join(files)
+        result.append(Commit("", subject, files, reason))
     return result
 
 

@@ -1,5 +1,7 @@
 """The fork-style contribution branch in a PyTorch source checkout: one commit per patch,
 at the pinned base commit (or on HEAD with a 3-way apply). Shared by `build` and `stack`.
+Wheel stopgaps (the ``Wheel-Stopgap`` trailer, tools/base.py) are left out: the patch they
+stand in for is on the branch.
 
 Every check runs before anything changes, including applying the whole series to a
 scratch index, so a refusal leaves the checkout exactly as it was.
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.base import OverlayError, git, read_pin, read_series
+from tools.base import OverlayError, git, is_source_only, read_pin, read_series, wheel_stopgap
 from tools.check import patch_message
 
 PYTORCH_MARKERS = ("torch/__init__.py", "c10", "aten/src/ATen", "CMakeLists.txt")
@@ -26,6 +28,7 @@ class BranchPlan:
     base: str  # commit the branch starts from
     onto_head: bool
     patches: list[tuple[str, str]]  # (file name, subject)
+    stopgaps: list[tuple[str, str]]  # wheel stopgaps left out: (subject, replaced by)
 
     def describe(self) -> list[str]:
         where = "HEAD (3-way apply)" if self.onto_head else "the pinned base"
@@ -34,7 +37,11 @@ class BranchPlan:
             f"branch:    {self.branch} at {self.base[:12]} ({where})",
             f"commits:   {len(self.patches)}, one per patch, all apply:",
         ]
-        return lines + [f"  {i}. {subject}" for i, (_, subject) in enumerate(self.patches, 1)]
+        lines += [f"  {i}. {subject}" for i, (_, subject) in enumerate(self.patches, 1)]
+        if self.stopgaps:
+            lines.append("left out (wheel stopgaps; a source build has the fix they stand for):")
+            lines += [f"  {subject}  (replaced by {by})" for subject, by in self.stopgaps]
+        return lines
 
 
 def validate_checkout(src: Path) -> Path:
@@ -72,10 +79,30 @@ def plan(repo: Path, src: Path, branch: str | None, onto_head: bool) -> BranchPl
             f"fetch it (git fetch origin {pin.git_version}) or pass --onto-head to apply the "
             "series on HEAD with a 3-way merge; nothing was changed"
         )
-    names = read_series(repo)
+    names, stopgaps = [], []
+    for name in read_series(repo):
+        text = (repo / "patches" / name).read_bytes()
+        replaced_by = wheel_stopgap(text)
+        if replaced_by:
+            stopgaps.append((patch_message(text)[0], replaced_by))
+        else:
+            names.append(name)
     patches = [(n, patch_message((repo / "patches" / n).read_bytes())[0]) for n in names]
+    missing = [by for _, by in stopgaps if by not in {subject for _, subject in patches}]
+    if missing:
+        raise OverlayError(
+            "a wheel stopgap names a patch that is not in the series: " + ", ".join(missing)
+        )
     check_applies(repo, src, base, names, three_way=onto_head)
-    return BranchPlan(src, branch, base, onto_head, patches)
+    return BranchPlan(src, branch, base, onto_head, patches, stopgaps)
+
+
+def three_way_args(repo: Path, name: str, onto_head: bool) -> list[str]:
+    """``-3`` when the series goes onto HEAD, and always for a source-only patch: its base
+    is the checkout's own file (tools/base.py); without the recorded preimage, git applies
+    it by context."""
+    text = (repo / "patches" / name).read_bytes()
+    return ["-3"] if onto_head or is_source_only(read_pin(repo), text) else []
 
 
 def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way: bool) -> None:
@@ -87,7 +114,7 @@ def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way:
             args = [
                 "apply",
                 "--cached",
-                *(["-3"] if three_way else []),
+                *three_way_args(repo, name, three_way),
                 str(repo / "patches" / name),
             ]
             try:
@@ -115,7 +142,8 @@ def create(repo: Path, branch_plan: BranchPlan, amend: Callable[[str], None] | N
     git("checkout", "-q", "-b", branch_plan.branch, branch_plan.base, cwd=src)
     try:
         for name, _ in branch_plan.patches:
-            am = ["am", "-q", "--keep-non-patch", *(["-3"] if branch_plan.onto_head else [])]
+            am = ["am", "-q", "--keep-non-patch",
+                  *three_way_args(repo, name, branch_plan.onto_head)]  # fmt: skip
             git(*am, str(repo / "patches" / name), cwd=src, fixed_identity=False)
             if amend:
                 amend(name)

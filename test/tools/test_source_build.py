@@ -6,6 +6,7 @@ records the arguments and environment it was started with."""
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -14,7 +15,17 @@ from pathlib import Path
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-from tools.base import OverlayError, git, installed_torch, read_pin, read_series, wheel_file
+from tools.base import (
+    OverlayError,
+    git,
+    installed_torch,
+    patch_paths,
+    read_pin,
+    read_series,
+    source_only_series,
+    wheel_file,
+    wheel_stopgap,
+)
 from tools.build import build
 from tools.stack import stack
 
@@ -29,16 +40,39 @@ with open({record!r}, "w") as f:
 """
 
 
+def preimage(patch: str, path: str) -> str:
+    """What a patch says ``path`` holds: its context and removed lines at their line
+    numbers, placeholder lines elsewhere. Stands in for a file the wheel does not ship."""
+    section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
+    lines: dict[int, str] = {}
+    for hunk in re.split(r"^@@ ", section, flags=re.M)[1:]:
+        header, *body = hunk.split("\n")
+        number = int(re.match(r"-(\d+)", header).group(1))
+        for line in body:
+            if line[:1] in (" ", "-") or line == "":
+                lines[number] = line[1:]
+                number += 1
+            elif line.startswith("--"):
+                break
+    return "".join(f"{lines.get(n, f'// line {n}')}\n" for n in range(1, max(lines) + 1))
+
+
 def make_fake_checkout(root: Path) -> Path:
     """A PyTorch-shaped git repo holding the series' base files as the source tree has them."""
     torch = installed_torch()
-    for path in read_pin(REPO).files:
+    pin = read_pin(REPO)
+    for path in pin.files:
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
         text = wheel_file(torch, path).read_text()
         # The wheel wraps headers in a TORCH_STABLE_ONLY guard that the source tree lacks.
         lines = [line for line in text.splitlines(True) if "TORCH_STABLE_ONLY" not in line]
         target.write_text("".join(lines))
+    for name in source_only_series(REPO, pin):
+        patch = (REPO / "patches" / name).read_text()
+        for path in patch_paths(patch.encode()):
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(preimage(patch, path))
     for marker in ("torch/__init__.py", "c10/.keep", "aten/src/ATen/.keep", "CMakeLists.txt"):
         (root / marker).parent.mkdir(parents=True, exist_ok=True)
         (root / marker).touch()
@@ -63,7 +97,12 @@ class SourceBuildTest(TestCase):
         self.tmp = Path(tempfile.mkdtemp(prefix="overlay-build-test-"))
         self.addCleanup(shutil.rmtree, self.tmp)
         self.src = make_fake_checkout(self.tmp / "pytorch")
-        self.series = read_series(REPO)
+        # What a branch holds: the series without its wheel stopgaps.
+        self.series = [
+            name
+            for name in read_series(REPO)
+            if not wheel_stopgap((REPO / "patches" / name).read_bytes())
+        ]
 
     def run_quietly(self, fn, *args, **kwargs):
         with redirect_stdout(io.StringIO()) as out:
@@ -110,6 +149,16 @@ class SourceBuildTest(TestCase):
         )
         header = self.src / "torch/csrc/autograd/utils/grad_layout_contract.h"
         self.assertIn("exact_memory_format", header.read_text())
+        # the source-only patch, applied to the checkout's own file by context
+        source = self.src / "torch/csrc/autograd/python_variable.cpp"
+        self.assertIn("if (!dtensor_is_tracing()) {", source.read_text())
+        subjects = self.branch_commits()
+        self.assertEqual(
+            subjects[-1], "[DTensor] Keep the native sharding cache out of traced regions"
+        )
+        self.assertNotIn(
+            "[aot_autograd] A forward output never resolves to a tangent placeholder", subjects
+        )
 
     def assert_refused(self, pattern: str, src=None, **kwargs):
         src = src or self.src
