@@ -138,6 +138,15 @@ def wheel_stopgap(text: bytes) -> str:
     return found.group(1).strip() if found else ""
 
 
+def overlay_series(repo: Path, pin: Pin) -> list[str]:
+    """The patches the overlay repository holds, in order: all but the source-only ones."""
+    return [
+        name
+        for name in read_series(repo)
+        if not is_source_only(pin, (repo / "patches" / name).read_bytes())
+    ]
+
+
 def source_only_series(repo: Path, pin: Pin) -> list[str]:
     """The source-only patches of the series, in series order."""
     return [

@@ -22,9 +22,9 @@ from tools.base import (
     find_repo,
     git,
     installed_torch,
+    overlay_series,
     read_pin,
     read_series,
-    source_only_series,
 )
 
 CPP_SUFFIXES = (".h", ".hpp", ".cuh", ".cpp", ".cu")
@@ -51,14 +51,12 @@ def changed_lines(overlay: Path, base: str, path: str) -> list[str]:
 def lint(repo: Path, clang_format: str) -> list[str]:
     try:
         pin = read_pin(repo)
-        names = read_series(repo)
+        # A source-only patch has no base file here, so clang-format cannot see the code
+        # around its lines; format such a patch against the checkout's file.
+        names = overlay_series(repo, pin)
         with tempfile.TemporaryDirectory() as scratch:
             overlay = Path(scratch) / "overlay"
             overlay_repo.build(repo, overlay, pin, installed_torch())
-            # A source-only patch has no base file here, so clang-format cannot see the
-            # code around its lines; format such a patch against the checkout's file.
-            source_only = set(source_only_series(repo, pin))
-            names = [name for name in names if name not in source_only]
             return format_messages(overlay, names, clang_format)
     except OverlayError as error:
         text = str(error)

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import overlay_repo
-from tools.base import OverlayError, find_repo, git_bytes, installed_torch, read_pin, read_series
+from tools.base import (
+    OverlayError,
+    find_repo,
+    git_bytes,
+    installed_torch,
+    overlay_series,
+    read_pin,
+)
 from tools.lint_patches import message
 
 CODE = "UPSTREAMLINT"
@@ -173,7 +180,7 @@ def series_messages(overlay: Path, names: list[str]) -> list[str]:
 def lint(repo: Path) -> list[str]:
     try:
         pin = read_pin(repo)
-        names = read_series(repo)
+        names = overlay_series(repo, pin)  # a source-only patch changes no Python file
         with tempfile.TemporaryDirectory() as scratch:
             overlay = Path(scratch) / "overlay"
             overlay_repo.build(repo, overlay, pin, installed_torch())

@@ -89,6 +89,39 @@ def compiled_submesh_output_is_tangent() -> Outcome:
     return Outcome(ok, detail)
 
 
+def _mesh_after_compile(queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+
+    def f(w, x):
+        return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()]) * x
+
+    def inputs():
+        w = distribute_tensor(torch.ones(4, 4), mesh, [Replicate(), Replicate()])
+        return w, distribute_tensor(torch.ones(4, 4), mesh["tp"], [Replicate()])
+
+    torch.compile(f, backend="eager", fullgraph=True)(*inputs())
+    kind = type(f(*inputs()).device_mesh)
+    queue.put((kind is DeviceMesh, f"eager output's device_mesh: {kind.__name__}"))
+    dist.destroy_process_group()
+
+
+@reproducer(
+    bug="After a compile, eager from_local(..., mesh['tp']) * x carries the trace's mesh object",
+    upstream="-",
+    patch="[DTensor] Keep the native sharding cache out of traced regions",
+)
+def eager_output_mesh_from_a_trace() -> Outcome:
+    ok, detail = in_spawned_child(_mesh_after_compile)
+    return Outcome(ok, detail)
+
+
 @reproducer(
     bug="A compiled module keeps its parameter after module.__dict__['weight'] shadows it",
     upstream="pytorch/torchtitan#3122",
