@@ -35,16 +35,24 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(cnt.frame_count, 2)
 
     def test_instance_dict_shadows_parameter(self):
-        self._check_dict_shadow_recompiles(self._ShadowModule(), "weight", torch.zeros(4, 4))
+        self._check_dict_shadow_recompiles(
+            self._ShadowModule(), "weight", torch.zeros(4, 4)
+        )
 
     def test_instance_dict_shadows_buffer(self):
-        self._check_dict_shadow_recompiles(self._ShadowModule(), "scale", torch.full((4,), -1.0))
+        self._check_dict_shadow_recompiles(
+            self._ShadowModule(), "scale", torch.full((4,), -1.0)
+        )
 
     def test_instance_dict_shadows_submodule(self):
-        self._check_dict_shadow_recompiles(self._ShadowModule(), "inner", torch.nn.Identity())
+        self._check_dict_shadow_recompiles(
+            self._ShadowModule(), "inner", torch.nn.Identity()
+        )
 
     def test_instance_dict_shadows_builtin_module_parameter(self):
-        self._check_dict_shadow_recompiles(torch.nn.Linear(4, 4), "weight", torch.zeros(4, 4))
+        self._check_dict_shadow_recompiles(
+            torch.nn.Linear(4, 4), "weight", torch.zeros(4, 4)
+        )
 
     def test_instance_dict_shadow_removed_reuses_first_graph(self):
         mod = self._ShadowModule()
