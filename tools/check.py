@@ -23,6 +23,8 @@ from tools.base import (
     PIN_FILE,
     SERIES_FILE,
     UPSTREAM_MAP_FILE,
+    WHEEL_STOPGAP_TRAILER,
+    InstalledTorch,
     OverlayError,
     UpstreamMap,
     check_installed,
@@ -30,6 +32,8 @@ from tools.base import (
     read_pin,
     read_series,
     read_upstream_map,
+    wheel_file,
+    wheel_stopgap,
 )
 from tools.export import pending
 
@@ -121,13 +125,26 @@ def check(repo: Path) -> list[str]:
     for commit in overlay_repo.source_only_commits(repo, pin):
         changed.update(commit.files)
     problems += [f"{p}: in {PIN_FILE}'s source_only, but the wheel ships it" for p in
-                 pin.source_only if (torch.site / p).exists()]  # fmt: skip
+                 pin.source_only if shipped(torch, p)]  # fmt: skip
     if overlay_repo.exists(repo / OVERLAY_DIR):
         problems += pending(repo)
     upstream = read_upstream_map(repo)
     series = read_series(repo)
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
+    subjects = {patch_message((repo / "patches" / name).read_bytes())[0] for name in series}
     for name in series:
         text = (repo / "patches" / name).read_bytes()
         problems += message_problems(repo, name, text, upstream.issues.get(name, ()))
+        replaced_by = wheel_stopgap(text)
+        if replaced_by and replaced_by not in subjects:
+            problems.append(f"{name}: its {WHEEL_STOPGAP_TRAILER} names {replaced_by!r}, "
+                            "which is not a patch of the series")  # fmt: skip
     return problems
+
+
+def shipped(torch: InstalledTorch, path: str) -> bool:
+    """Whether the wheel ships the upstream file at source path ``path``."""
+    try:
+        return wheel_file(torch, path).exists()
+    except OverlayError:  # not a kind of file a wheel ships (e.g. a .cpp source)
+        return False

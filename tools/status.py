@@ -10,7 +10,12 @@ from pathlib import Path
 from tools import overlay_repo
 from tools.activate import ACTIVE_DIR, pth_path
 from tools.active import ENV_VAR, materialize
-from tools.base import OVERLAY_DIR, installed_torch, read_pin, read_series
+from tools.base import OVERLAY_DIR, installed_torch, read_pin, read_series, wheel_stopgap
+from tools.check import patch_message
+
+
+def patch_subject(path: Path) -> str:
+    return patch_message(path.read_bytes())[0]
 
 
 def status(repo: Path) -> str:
@@ -41,11 +46,19 @@ def status(repo: Path) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         plan = materialize(repo, Path(scratch) / "tree")
     lines.append("patches:")
+    stopgaps = {}
+    for name in read_series(repo):
+        replaced_by = wheel_stopgap((repo / "patches" / name).read_bytes())
+        if replaced_by:
+            stopgaps[patch_subject(repo / "patches" / name)] = replaced_by
     for commit in plan.commits:
         state = "held back" if commit.needs_build else "active"
         lines.append(f"  {state:<9}  {commit.subject}")
         if commit.needs_build:
             lines.append(f"             needs a source build ({commit.needs_build})")
+        if commit.subject in stopgaps:
+            lines.append(f"             wheel stopgap for {stopgaps[commit.subject]!r}; "
+                         "build and stack leave it out")  # fmt: skip
     if not plan.commits:
         lines.append("  (none: the series is empty)")
     lines.append("overlaid modules:" if plan.modules else "overlaid modules: none")

@@ -32,7 +32,9 @@ from tools.base import (
     read_pin,
     read_series,
     source_only_series,
+    wheel_stopgap,
 )
+from tools.check import check
 from tools.export import export
 from tools.overlay_repo import commits, source_only_commits
 from tools.sync import sync
@@ -87,6 +89,24 @@ class SourceOnlyPatchTest(TestCase):
         self.assertIn(f"removed patches/{old}", changed)
         self.assertEqual((project / "patches" / new).read_bytes(), before[old])
         self.assertEqual(read_series(project)[-1], new)
+
+    def test_check_refuses_a_stopgap_for_a_patch_not_in_the_series(self):
+        scratch = Path(tempfile.mkdtemp(prefix="source-only-test-"))
+        self.addCleanup(shutil.rmtree, scratch)
+        project = scratch / "project"
+        shutil.copytree(REPO / "patches", project / "patches")
+        shutil.copytree(REPO / "test", project / "test")
+        (stopgap,) = [
+            p for p in (project / "patches").glob("*.patch") if wheel_stopgap(p.read_bytes())
+        ]
+        text = stopgap.read_text().replace(f"Wheel-Stopgap: {SUBJECT}", "Wheel-Stopgap: [X] gone")
+        stopgap.write_text(text)
+        self.assertEqual(
+            [p for p in check(project) if "Wheel-Stopgap" in p],
+            [
+                f"{stopgap.name}: its Wheel-Stopgap names '[X] gone', which is not a patch of the series"
+            ],
+        )
 
     def test_a_patch_may_not_mix_wheel_files_and_source_only_files(self):
         pin = read_pin(REPO)
