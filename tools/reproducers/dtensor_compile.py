@@ -1,6 +1,6 @@
 """torch.compile with DTensor and nn.Module, compared with eager.
 
-The 2-D mesh scenario runs in a spawned child with its own fake process group of 4
+The 2-D mesh scenarios run in spawned children, each with its own fake process group of 4
 ranks; the child inherits the overlay from verify. The others share verify's process
 (and its 2-rank fake process group).
 """
@@ -10,15 +10,22 @@ from __future__ import annotations
 from tools.reproducers import Outcome, in_spawned_child, reproducer
 
 
-def _submesh_output(queue) -> None:
-    import torch
+def _fsdp_tp_mesh():
+    """A (fsdp, tp) = (2, 2) mesh on a 4-rank fake process group, in a spawned child."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+    return init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+
+
+def _submesh_output(queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+
+    mesh = _fsdp_tp_mesh()
 
     def f(w, x):
         return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()]) * x
@@ -47,12 +54,9 @@ def _submesh_output(queue) -> None:
 def _submesh_inductor(queue) -> None:
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+    mesh = _fsdp_tp_mesh()
 
     def f(w):
         return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()])
@@ -92,12 +96,10 @@ def compiled_submesh_output_is_tangent() -> Outcome:
 def _mesh_after_compile(queue) -> None:
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+    mesh = _fsdp_tp_mesh()
 
     def f(w, x):
         return DTensor.from_local(w.to_local(), w.device_mesh["tp"], [Replicate()]) * x
