@@ -15,6 +15,8 @@ context when the checkout lacks the recorded preimage.
 
 from __future__ import annotations
 
+import email
+import email.policy
 import hashlib
 import importlib.util
 import json
@@ -106,6 +108,14 @@ def write_pin(repo: Path, pin: Pin) -> None:
     if pin.source_only:
         data["source_only"] = dict(sorted(pin.source_only.items()))
     (repo / PIN_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def patch_message(text: bytes) -> tuple[str, str]:
+    """Subject (without ``[PATCH]``) and body of a ``git format-patch`` file."""
+    message = email.message_from_bytes(text, policy=email.policy.default)
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(message["Subject"]))
+    body = message.get_payload(decode=True).decode()
+    return subject, body.split("\n---\n", 1)[0]
 
 
 def patch_paths(text: bytes) -> list[str]:

@@ -10,8 +10,6 @@ upstream issue that ``patches/upstream.json`` declares for a patch needs its ``F
 
 from __future__ import annotations
 
-import email
-import email.policy
 import re
 import tempfile
 from pathlib import Path
@@ -29,6 +27,7 @@ from tools.base import (
     UpstreamMap,
     check_installed,
     installed_torch,
+    patch_message,
     read_pin,
     read_series,
     read_upstream_map,
@@ -48,14 +47,6 @@ RELATIVE_REFERENCE = re.compile(
     re.I,
 )
 TEST_COMMAND = re.compile(r"(?:python|pytest)\S*\s+(?:-m pytest\s+)?(test/\S+\.py)")
-
-
-def patch_message(text: bytes) -> tuple[str, str]:
-    """Subject (without ``[PATCH]``) and body of a ``git format-patch`` file."""
-    message = email.message_from_bytes(text, policy=email.policy.default)
-    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(message["Subject"]))
-    body = message.get_payload(decode=True).decode()
-    return subject, body.split("\n---\n", 1)[0]
 
 
 def message_problems(

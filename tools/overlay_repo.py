@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import email
-import email.policy
 import re
 import tempfile
 from dataclasses import dataclass
@@ -17,6 +15,7 @@ from tools.base import (
     git,
     git_bytes,
     is_source_only,
+    patch_message,
     patch_paths,
     read_base_file,
     read_series,
@@ -130,8 +129,7 @@ def source_only_commits(repo: Path, pin: Pin) -> list[Commit]:
     result = []
     for name in source_only_series(repo, pin):
         text = (repo / "patches" / name).read_bytes()
-        header = email.message_from_bytes(text, policy=email.policy.default)["Subject"]
-        subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(header))
+        subject = patch_message(text)[0]
         files = tuple(patch_paths(text))
         reason = "changes files the wheel does not ship: " + ", ".join(files)
         result.append(Commit("", subject, files, reason))
