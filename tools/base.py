@@ -148,6 +148,21 @@ def wheel_stopgap(text: bytes) -> str:
     return found.group(1).strip() if found else ""
 
 
+def series_subjects(repo: Path) -> dict[str, str]:
+    """Patch file name -> subject, in series order."""
+    return {
+        name: patch_message((repo / "patches" / name).read_bytes())[0] for name in read_series(repo)
+    }
+
+
+def wheel_stopgaps(repo: Path) -> dict[str, str]:
+    """The series' wheel stopgaps: patch file name -> subject of the patch that replaces it."""
+    found = {
+        name: wheel_stopgap((repo / "patches" / name).read_bytes()) for name in read_series(repo)
+    }
+    return {name: replaced_by for name, replaced_by in found.items() if replaced_by}
+
+
 def overlay_series(repo: Path, pin: Pin) -> list[str]:
     """The patches the overlay repository holds, in order: all but the source-only ones."""
     return [

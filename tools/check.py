@@ -31,8 +31,9 @@ from tools.base import (
     read_pin,
     read_series,
     read_upstream_map,
+    series_subjects,
     wheel_file,
-    wheel_stopgap,
+    wheel_stopgaps,
 )
 from tools.export import pending
 
@@ -122,14 +123,13 @@ def check(repo: Path) -> list[str]:
     upstream = read_upstream_map(repo)
     series = read_series(repo)
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
-    subjects = {patch_message((repo / "patches" / name).read_bytes())[0] for name in series}
     for name in series:
         text = (repo / "patches" / name).read_bytes()
         problems += message_problems(repo, name, text, upstream.issues.get(name, ()))
-        replaced_by = wheel_stopgap(text)
-        if replaced_by and replaced_by not in subjects:
-            problems.append(f"{name}: its {WHEEL_STOPGAP_TRAILER} names {replaced_by!r}, "
-                            "which is not a patch of the series")  # fmt: skip
+    subjects = set(series_subjects(repo).values())
+    problems += [f"{name}: its {WHEEL_STOPGAP_TRAILER} names {by!r}, which is not a patch "
+                 "of the series" for name, by in wheel_stopgaps(repo).items()
+                 if by not in subjects]  # fmt: skip
     return problems
 
 

@@ -15,8 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.base import OverlayError, git, is_source_only, read_pin, read_series, wheel_stopgap
-from tools.check import patch_message
+from tools.base import (
+    OverlayError,
+    git,
+    is_source_only,
+    read_pin,
+    series_subjects,
+    wheel_stopgaps,
+)
 
 PYTORCH_MARKERS = ("torch/__init__.py", "c10", "aten/src/ATen", "CMakeLists.txt")
 
@@ -79,16 +85,11 @@ def plan(repo: Path, src: Path, branch: str | None, onto_head: bool) -> BranchPl
             f"fetch it (git fetch origin {pin.git_version}) or pass --onto-head to apply the "
             "series on HEAD with a 3-way merge; nothing was changed"
         )
-    names, stopgaps = [], []
-    for name in read_series(repo):
-        text = (repo / "patches" / name).read_bytes()
-        replaced_by = wheel_stopgap(text)
-        if replaced_by:
-            stopgaps.append((patch_message(text)[0], replaced_by))
-        else:
-            names.append(name)
-    patches = [(n, patch_message((repo / "patches" / n).read_bytes())[0]) for n in names]
-    missing = [by for _, by in stopgaps if by not in {subject for _, subject in patches}]
+    subjects, stops = series_subjects(repo), wheel_stopgaps(repo)
+    names = [name for name in subjects if name not in stops]
+    patches = [(name, subjects[name]) for name in names]
+    stopgaps = [(subjects[name], by) for name, by in stops.items()]
+    missing = [by for by in stops.values() if by not in {subjects[n] for n in names}]
     if missing:
         raise OverlayError(
             "a wheel stopgap names a patch that is not in the series: " + ", ".join(missing)

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from tools import source_branch
-from tools.base import OverlayError, git
-from tools.check import TEST_COMMAND, patch_message
+from tools.base import OverlayError, git, patch_message
+from tools.check import TEST_COMMAND
 from tools.overlay_repo import NEEDS_BUILD_TRAILER
 
 

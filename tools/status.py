@@ -10,12 +10,14 @@ from pathlib import Path
 from tools import overlay_repo
 from tools.activate import ACTIVE_DIR, pth_path
 from tools.active import ENV_VAR, materialize
-from tools.base import OVERLAY_DIR, installed_torch, read_pin, read_series, wheel_stopgap
-from tools.check import patch_message
-
-
-def patch_subject(path: Path) -> str:
-    return patch_message(path.read_bytes())[0]
+from tools.base import (
+    OVERLAY_DIR,
+    installed_torch,
+    read_pin,
+    read_series,
+    series_subjects,
+    wheel_stopgaps,
+)
 
 
 def status(repo: Path) -> str:
@@ -46,11 +48,8 @@ def status(repo: Path) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         plan = materialize(repo, Path(scratch) / "tree")
     lines.append("patches:")
-    stopgaps = {}
-    for name in read_series(repo):
-        replaced_by = wheel_stopgap((repo / "patches" / name).read_bytes())
-        if replaced_by:
-            stopgaps[patch_subject(repo / "patches" / name)] = replaced_by
+    subjects = series_subjects(repo)
+    stopgaps = {subjects[name]: by for name, by in wheel_stopgaps(repo).items()}
     for commit in plan.commits:
         state = "held back" if commit.needs_build else "active"
         lines.append(f"  {state:<9}  {commit.subject}")
