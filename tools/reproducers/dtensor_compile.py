@@ -86,7 +86,7 @@ def compiled_submesh_not_an_op_overload() -> Outcome:
 @reproducer(
     bug="compile(from_local(w.to_local(), w.device_mesh['tp']) * x): forward output is tangents_2",
     upstream="pytorch/torchtitan#3013",
-    patch="[aot_autograd] A forward output never resolves to a tangent placeholder",
+    patch="[DTensor] Keep traced ops out of the native sharding cache from Python",
 )
 def compiled_submesh_output_is_tangent() -> Outcome:
     ok, detail = in_spawned_child(_submesh_output)
@@ -117,7 +117,7 @@ def _mesh_after_compile(queue) -> None:
 @reproducer(
     bug="After a compile, eager from_local(..., mesh['tp']) * x carries the trace's mesh object",
     upstream="-",
-    patch="[DTensor] Keep the native sharding cache out of traced regions",
+    patch="[DTensor] Keep traced ops out of the native sharding cache from Python",
 )
 def eager_output_mesh_from_a_trace() -> Outcome:
     ok, detail = in_spawned_child(_mesh_after_compile)

@@ -1,12 +1,15 @@
 # Owner(s): ["oncall: distributed"]
-"""A compiled function returning a DTensor on a submesh partitions and matches eager.
+"""A compiled function returning a DTensor on a submesh partitions and matches eager, and
+leaves eager DTensor code with real DeviceMesh objects.
 
 torchtitan#3013: on a 2-D (fsdp, tp) mesh, ``DTensor.from_local(w.to_local(),
 w.device_mesh["tp"], [Replicate()]) * x`` fails in the partitioner with "Node tangents_2
 was invalid, but is output": the output's DeviceMesh is not any primal's mesh object
 (DTensor's sharding cache hands back the one it saw first), but it is the object the
 tangent was built from, so make_fx binds the forward output to the tangent placeholder.
-The fake process group is enough: the failure is at compile time.
+After such a compile, the same expression in eager returned a DTensor whose device_mesh
+is a trace's FakeScriptObject, from the same cache. The fake process group is enough: the
+failures are at compile time or in the output's metadata.
 """
 
 import torch
@@ -14,9 +17,15 @@ import torch.distributed as dist
 from functorch.compile import nop
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
+from torch.nn.utils import parametrize as P
+from torch.testing._internal.common_utils import (
+    instantiate_parametrized_tests,
+    parametrize,
+    run_tests,
+    TestCase,
+)
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 
@@ -38,9 +47,24 @@ def both_sliced_inside(w, x):
     )
 
 
+class ReplicateComputation(torch.nn.Module):
+    """torchtitan graph_trainer's SimpleFSDP parametrization: gather the parameter over
+    fsdp, reduce its gradient as Partial("avg"), compute on the tp submesh sliced in
+    forward."""
+
+    def forward(self, param):
+        mesh = param.device_mesh
+        gathered = DTensor.from_local(param.to_local(), mesh["fsdp"], [Replicate()])
+        gathered = gathered.redistribute(placements=[Replicate()])
+        local = gathered.to_local(grad_placements=[Partial("avg")])
+        return DTensor.from_local(local, mesh["tp"], param.placements[-1:])
+
+
 class DTensorCompileOpaqueOutputTest(TestCase):
     def setUp(self):
         super().setUp()
+        # Each test starts from an empty sharding cache, as in a fresh process.
+        torch._C._clear_DTensor_sharding_propagator_cache()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
         self.mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
 
@@ -76,12 +100,67 @@ class DTensorCompileOpaqueOutputTest(TestCase):
         self.check_matches_eager(both_sliced_inside, False, "aot_eager")
 
     def test_default_partitioner(self):
-        backend = aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=default_partition)
+        backend = aot_autograd(
+            fw_compiler=nop, bw_compiler=nop, partition_fn=default_partition
+        )
         self.check_matches_eager(output_on_tp_of_w, True, backend)
         self.check_matches_eager(both_sliced_inside, False, backend)
 
     def test_inductor(self):
         self.check_matches_eager(output_on_tp_of_w, True, "inductor")
+
+    def simple_fsdp_model(self):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 8, bias=False),
+            torch.nn.ReLU(),
+            torch.nn.Linear(8, 8, bias=False),
+        ).double()
+        for linear in (model[0], model[2]):
+            weight = distribute_tensor(
+                linear.weight.detach(), self.mesh, [Replicate()] * 2
+            )
+            linear.weight = torch.nn.Parameter(weight)
+            P.register_parametrization(
+                linear, "weight", ReplicateComputation(), unsafe=True
+            )
+        return model
+
+    @parametrize("backend", ["aot_eager", "inductor"])
+    def test_simple_fsdp_parametrization(self, backend):
+        def step(model):
+            torch.manual_seed(1)
+            x = torch.randn(4, 8, dtype=torch.float64)
+            out = model(distribute_tensor(x, self.mesh["tp"], [Replicate()]))
+            out.to_local().sum().backward()
+            return out
+
+        reference, model = self.simple_fsdp_model(), self.simple_fsdp_model()
+        expected = step(reference)
+        torch._dynamo.reset()
+        out = step(torch.compile(model, backend=backend, fullgraph=True))
+
+        self.assertIs(type(out.device_mesh), DeviceMesh)
+        self.assertEqual(out.device_mesh, expected.device_mesh)
+        self.assertEqual(out.placements, expected.placements)
+        self.assertEqual(out.to_local(), expected.to_local(), atol=0, rtol=0)
+        params = zip(model.parameters(), reference.parameters(), strict=True)
+        for ours, ref in params:
+            self.assertEqual(ours.grad.placements, ref.grad.placements)
+            self.assertEqual(ours.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
+
+    def test_eager_after_compile_gets_a_device_mesh(self):
+        def inputs():
+            w = replicated(self.mesh, 0)
+            return w, replicated(self.mesh["tp"], 1)
+
+        torch.compile(output_on_tp_of_w, backend="eager", fullgraph=True)(*inputs())
+        out = output_on_tp_of_w(*inputs())
+        self.assertIs(type(out.device_mesh), DeviceMesh)
+        self.assertEqual(out.device_mesh, self.mesh["tp"])
+
+
+instantiate_parametrized_tests(DTensorCompileOpaqueOutputTest)
 
 
 if __name__ == "__main__":
