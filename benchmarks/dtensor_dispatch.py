@@ -146,6 +146,7 @@ def cases(mesh):
         ("compiled w.to_local(), w = S(0) param", compiled(lambda w: w.to_local())),
         ("compiled w.to_local().t()", compiled(lambda w: w.to_local().t())),
         ("compiled (w * 2).to_local() (no alias)", compiled(lambda w: (w * 2).to_local())),
+        ("compiled w * 2 (DTensor output)", compiled(lambda w: w * 2)),
     ]
 
 

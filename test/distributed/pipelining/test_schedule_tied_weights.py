@@ -1,7 +1,10 @@
 # Owner(s): ["oncall: distributed"]
 """A Parameter shared by two stages on the same rank (tied embedding / head) gets the
 gradient of a single-process reference with scale_grads=True: it is divided by the number
-of micro-batches once, after both stages have accumulated into it."""
+of micro-batches once, after both stages have accumulated into it. The schedules still do
+that through each stage's ``scale_grads`` / ``perform_reduce_grad``, once per stage and
+step, so a subclass that overrides them keeps working, and a stage's grads are final when
+its hook returns."""
 
 import torch
 import torch.distributed as dist
@@ -67,8 +70,25 @@ def build(layout):
     return tied, hidden, modules
 
 
+class RecordingStage(PipelineStage):
+    """Records each parameter's grad when the schedule's scale_grads call returns."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.grads_after_scaling = []
+
+    def scale_grads(self, grad_scale_factor):
+        super().scale_grads(grad_scale_factor)
+        grads = {id(p): p.grad.clone() for p in self.submod.parameters()}
+        self.grads_after_scaling.append(grads)
+
+
 def loss_fn(output, target):
     return ((output - target) ** 2).mean()
+
+
+def parameters(modules):
+    return list(dict.fromkeys(p for m in modules for p in m.parameters()))
 
 
 class ScheduleTiedWeightsTest(MultiProcessTestCase):
@@ -81,13 +101,16 @@ class ScheduleTiedWeightsTest(MultiProcessTestCase):
         self._spawn_processes()
 
     def _reference(self, layout, x, y):
-        tied, hidden, modules = build(layout)
-        for xm, ym in zip(x.chunk(N_MICROBATCHES), y.chunk(N_MICROBATCHES), strict=True):
+        """Each parameter's grad, in the order of ``parameters(build(layout))``."""
+        _, _, modules = build(layout)
+        for xm, ym in zip(
+            x.chunk(N_MICROBATCHES), y.chunk(N_MICROBATCHES), strict=True
+        ):
             h = xm
             for module in modules:
                 h = module(h)
             (loss_fn(h, ym) / N_MICROBATCHES).backward()
-        return tied.grad, [h.lin.weight.grad for h in hidden]
+        return [p.grad for p in parameters(modules)]
 
     def test_tied_weight_is_scaled_once(self):
         dist.init_process_group(
@@ -101,21 +124,33 @@ class ScheduleTiedWeightsTest(MultiProcessTestCase):
         y = torch.randn(8, DIM, dtype=torch.float64)
         for schedule_cls, layout in SCHEDULES.items():
             with self.subTest(schedule=schedule_cls.__name__):
-                tied, hidden, modules = build(layout)
+                _, _, modules = build(layout)
                 stages = [
-                    PipelineStage(modules[i], i, 4, torch.device("cpu")) for i in layout[self.rank]
+                    RecordingStage(modules[i], i, 4, torch.device("cpu"))
+                    for i in layout[self.rank]
                 ]
-                schedule = schedule_cls(stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+                schedule = schedule_cls(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
                 if self.rank == 0:
                     schedule.step(x, target=y)
                 else:
                     schedule.step(target=y)
-                ref_tied, ref_hidden = self._reference(layout, x, y)
-                if self.rank == 0:
-                    torch.testing.assert_close(tied.grad, ref_tied)
-                for module, ref in zip(hidden, ref_hidden, strict=True):
-                    if module.lin.weight.grad is not None:
-                        torch.testing.assert_close(module.lin.weight.grad, ref)
+                reference = dict(
+                    zip(
+                        map(id, parameters(modules)),
+                        self._reference(layout, x, y),
+                        strict=True,
+                    )
+                )
+                for stage in stages:
+                    # One call per stage and step; the grads are final when it returns.
+                    (recorded,) = stage.grads_after_scaling
+                    for param in stage.submod.parameters():
+                        torch.testing.assert_close(param.grad, reference[id(param)])
+                        torch.testing.assert_close(
+                            recorded[id(param)], reference[id(param)]
+                        )
                 dist.barrier()
         dist.destroy_process_group()
 
