@@ -9,10 +9,32 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - flops: FLOPs of I + W / FLOPs of the fused backward (torch.utils.flop_counter)
 - held MB: tensors autograd keeps between I and W (saved tensors still alive plus the
   gradients saved for W), after the caller drops its outputs as a pipeline stage does
+- peak MB in W: the most tensor bytes live at once inside stage_backward_weight (W), with
+  every .grad None before W (as after zero_grad()), so W allocates the weight gradients
 - groups ms: construct_reverse_graph + get_param_groups, the split's bookkeeping
 - grads: whether the split's weight gradients equal the fused backward's
 and overlay/stock; 'per layer' is how the overlay's bookkeeping per layer grows from N/4 to
-N (1.0 is linear; the target is at most 2).
+N (1.0 is linear; the target is at most 2). Rows whose peak in W is above stock's are then
+split by kind (saved weights, saved activations, saved gradients, allocated in W): overlay
+minus stock, each at its own peak.
+
+Memory is counted per storage (its whole nbytes, once however many tensors view it), on
+one micro-batch. Saved tensors are found with a pack hook that saves a detached alias, as
+autograd saves a node's own output (the tensor itself would hold its grad_fn, which would
+hold it: a cycle that keeps it alive). The peak starts from the held tensors, each until it
+is freed, and adds every storage an op allocates during W (an output storage that no input
+of the op has), until it is freed: a TorchDispatchMode sees each op, backward ones included
+(autograd runs them under the caller's mode), and a weakref.finalize on each storage sees
+its free. The cyclic collector is off during W, so garbage in cycles counts as live.
+Not counted: tensors alive before W that autograd does not hold (the caller's input
+gradient, unsaved parameters), scratch a kernel allocates without returning it, the
+allocator's caching and fragmentation, graph nodes and other non-tensor memory. A check
+runs in each worker: on 4 bias-free Linear layers the tracker's start and peak equal bytes
+worked out by hand, and its peak over start equals what the CPU allocator itself reports
+(profiler, profile_memory) for the same W run without the tracker.
+
+The worker prints JSON: {"rows": {"<kind> <N>": {"correct", "time", "flops", "held_mb",
+"peak_w_mb", "peak_w_parts_mb", "groups_ms"} or {"error"}}, "tracker_check": {...}}.
 """
 
 from __future__ import annotations
@@ -68,6 +90,198 @@ def stage(depth: int, kind: str):
     return forward, params
 
 
+def live_bytes_mode(held):
+    """A TorchDispatchMode that counts the live bytes of the storages of ``held`` ((tensor,
+    label) pairs that exist when it is made) and of every storage an op run under it
+    allocates (label "allocated in W"), each storage once, until that storage is freed.
+    ``start`` and ``peak`` (the maximum, reached after some allocation) are in bytes;
+    ``peak_parts`` splits the peak by label.
+
+    A storage counts as allocated by an op if an output of the op uses it and no input does
+    (views and in-place results are not new). Frees are seen through a ``weakref.finalize`` on
+    the storage's Python object, which PyTorch keeps alive exactly as long as the C++ storage.
+    """
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LiveBytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live = self.peak = 0
+            self.parts: collections.Counter[str] = collections.Counter()
+            self.peak_parts: dict[str, int] = {}
+            self.tracked: set[int] = set()
+
+        def track(self, storage, label: str) -> None:
+            key, nbytes = storage._cdata, storage.nbytes()
+            if key in self.tracked:
+                return
+            self.tracked.add(key)
+            self.live += nbytes
+            self.parts[label] += nbytes
+            if self.live >= self.peak:
+                self.peak, self.peak_parts = self.live, dict(self.parts)
+            weakref.finalize(storage, self.free, key, nbytes, label).atexit = False
+
+        def free(self, key: int, nbytes: int, label: str) -> None:
+            self.tracked.discard(key)
+            self.live -= nbytes
+            self.parts[label] -= nbytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            inputs = {
+                t.untyped_storage()._cdata
+                for t in tree_leaves((args, kwargs))
+                if isinstance(t, torch.Tensor)
+            }
+            out = func(*args, **kwargs)
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in inputs:
+                    self.track(t.untyped_storage(), "allocated in W")
+            return out
+
+    mode = LiveBytes()
+    for t, label in held:
+        mode.track(t.untyped_storage(), label)
+    mode.start = mode.live
+    return mode
+
+
+def weight_step_memory(forward, params, x, grad) -> dict:
+    """One micro-batch through forward, I and W as a pipeline stage runs it (the caller drops
+    its outputs after I; ``.grad`` is None before W, as after ``zero_grad()``). Returns the
+    bytes autograd holds between I and W ("held") and the peak live bytes inside W ("peak",
+    split by kind in "peak_parts")."""
+    import torch
+    from torch.distributed.pipelining._backward import (
+        stage_backward_input,
+        stage_backward_weight,
+    )
+
+    for p in params:
+        p.grad = None
+    weights = {p.untyped_storage()._cdata for p in params}
+    alive = []
+
+    def pack(t):
+        # Save a detached alias, as autograd itself saves an output of its node: the tensor
+        # would hold its grad_fn, which would hold it, a cycle that nothing frees.
+        t = t.detach()
+        alive.append(weakref.ref(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward(x)
+    _, groups = stage_backward_input([out], [grad], [x], iter(params))
+    del out  # a stage drops its outputs after I
+    gc.collect()
+
+    def held():  # saved tensors still alive, and the gradients saved for W
+        for ref in alive:
+            if (t := ref()) is not None:
+                weight = t.untyped_storage()._cdata in weights
+                yield t, "saved weights" if weight else "saved activations"
+        for group in groups:
+            for saved in group["grads"]:
+                yield from ((g, "saved gradients") for g in saved or () if g is not None)
+
+    mode = live_bytes_mode(held())
+    gc.disable()  # frees by reference counting only: garbage in cycles stays live, as it does
+    try:  # until a collection, which would otherwise run at arbitrary points
+        with mode:
+            stage_backward_weight(iter(params), groups)
+    finally:
+        gc.enable()
+    return {"held": mode.start, "peak": mode.peak, "peak_parts": mode.peak_parts}
+
+
+def allocator_peak_in_w(forward, params, x, grad) -> int:
+    """The micro-batch of ``weight_step_memory`` without the tracker, under the profiler with
+    ``profile_memory``: the CPU allocator then reports each allocation and each free of a
+    block allocated since the profiler started. Returns the largest running sum of those
+    reports inside W: W's peak over its start, as the allocator saw it (with nothing freed in
+    W allocated before the profiler started: here the weights, x and grad)."""
+    from torch.distributed.pipelining._backward import (
+        stage_backward_input,
+        stage_backward_weight,
+    )
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for p in params:
+        p.grad = None
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = forward(x)
+        _, groups = stage_backward_input([out], [grad], [x], iter(params))
+        del out
+        gc.collect()
+        gc.disable()
+        try:
+            with record_function("weight step"):
+                stage_backward_weight(iter(params), groups)
+        finally:
+            gc.enable()
+        del groups
+    events = prof.profiler.kineto_results.events()
+    (w,) = [e for e in events if e.name() == "weight step"]
+    start, end = w.start_ns(), w.start_ns() + w.duration_ns()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in ((t, n) for t, n in memory if start <= t <= end):
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+TRACKER_CHECK_DEPTH = 4
+
+
+def check_tracker(depth: int = TRACKER_CHECK_DEPTH) -> dict:
+    """The peak inside W on a stack of ``depth`` bias-free Linear(WIDTH, WIDTH), no ReLU,
+    against the bytes worked out by hand (fp32, D = WIDTH, B = BATCH, N = depth).
+
+    Held at W's start: N weights (N D^2; saved by the matmuls), x_0 .. x_{N-1} (N B D; each
+    matmul's input) and the N gradients saved for the N groups, one per layer (N B D; the
+    last is the caller's output gradient). W allocates each layer's D x D gradient (N D^2 in
+    all). A W that frees each group's graph and saved gradient after its run has freed
+    x_1 .. x_{N-2} and g_1 .. g_{N-1} before the last allocation: peak = start + N D^2 -
+    (2N - 3) B D. A W that keeps them until it returns peaks at start + N D^2.
+
+    Also the same W's peak over its start as the CPU allocator reports it, without the tracker
+    (``allocator_peak_in_w``): the tracker misses no allocation and does not change W.
+    """
+    import torch
+
+    torch.manual_seed(0)
+    weights = [torch.nn.Parameter(torch.randn(WIDTH, WIDTH)) for _ in range(depth)]
+
+    def forward(x):
+        for w in weights:
+            x = torch.nn.functional.linear(x, w)
+        return x
+
+    def micro_batch():
+        return torch.randn(BATCH, WIDTH, requires_grad=True), torch.randn(BATCH, WIDTH)
+
+    memory = weight_step_memory(forward, weights, *micro_batch())
+    allocator = allocator_peak_in_w(forward, weights, *micro_batch())
+    square, row = 4 * WIDTH * WIDTH, 4 * BATCH * WIDTH
+    hand_start = depth * square + 2 * depth * row
+    return {
+        "depth": depth,
+        "start": memory["held"],
+        "peak": memory["peak"],
+        "hand_start": hand_start,
+        "hand_peak_frees": hand_start + depth * square - (2 * depth - 3) * row,
+        "hand_peak_keeps": hand_start + depth * square,
+        "allocator_peak_over_start": allocator,
+    }
+
+
 def measure(depth: int, kind: str, reps: int) -> dict:
     import torch
     from torch.distributed.pipelining._backward import (
@@ -106,32 +320,6 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         run(counter)
         return counter.get_total_flops()
 
-    def held_between_i_and_w():
-        alive = []
-
-        def pack(t):
-            alive.append(weakref.ref(t))
-            return t
-
-        x = fresh_input()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = forward(x)
-        _, groups = stage_backward_input([out], [grad], [x], iter(params))
-        del out  # a stage drops its outputs after I
-        gc.collect()
-        tensors = [t for ref in alive if (t := ref()) is not None]
-        tensors += [
-            g
-            for group in groups
-            for saved in group["grads"]
-            if saved
-            for g in saved
-            if g is not None
-        ]
-        held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        stage_backward_weight(iter(params), groups)
-        return sum(held.values()) / 2**20
-
     def bookkeeping():
         x = fresh_input()
         out = forward(x)
@@ -163,11 +351,14 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         )
 
     correct = matches_fused()
+    memory = weight_step_memory(forward, params, fresh_input(), grad)
     return {
         "correct": correct,
         "time": median(split) / median(fused),
         "flops": flops(split) / flops(fused),
-        "held_mb": held_between_i_and_w(),
+        "held_mb": memory["held"] / 2**20,
+        "peak_w_mb": memory["peak"] / 2**20,
+        "peak_w_parts_mb": {k: v / 2**20 for k, v in memory["peak_parts"].items()},
         "groups_ms": 1e3 * median(bookkeeping),
     }
 
@@ -176,14 +367,32 @@ def worker(reps: int, depths: list[int]) -> None:
     import torch
 
     torch.set_num_threads(1)  # steadier ratios on a shared machine
-    results = {}
+    rows = {}
     for kind in KINDS:
         for depth in depths:
             try:
-                results[f"{kind} {depth}"] = measure(depth, kind, reps)
+                rows[f"{kind} {depth}"] = measure(depth, kind, reps)
             except RuntimeError as error:
-                results[f"{kind} {depth}"] = {"error": str(error).strip().splitlines()[0][:50]}
-    print(json.dumps(results))
+                rows[f"{kind} {depth}"] = {"error": str(error).strip().splitlines()[0][:50]}
+    print(json.dumps({"rows": rows, "tracker_check": check_tracker()}))
+
+
+def tracker_check_verdict(check: dict) -> str:
+    """Whether the tracker's bytes on the toy stack equal the ones worked out by hand."""
+    kib = {k: v / 2**10 for k, v in check.items()}
+    if check["start"] != check["hand_start"]:
+        return f"MISMATCH: start {kib['start']:.0f} KiB, by hand {kib['hand_start']:.0f} KiB"
+    allocator = check["allocator_peak_over_start"]
+    if allocator != check["peak"] - check["start"]:
+        return (f"MISMATCH: peak - start {kib['peak'] - kib['start']:.0f} KiB, the allocator's "
+                f"{kib['allocator_peak_over_start']:.0f} KiB")  # fmt: skip
+    for key, how in (("hand_peak_frees", "frees each group as it goes"),
+                     ("hand_peak_keeps", "keeps the groups' graph and gradients to the end")):  # fmt: skip
+        if check["peak"] == check[key]:
+            return (f"start {kib['start']:.0f} KiB, peak {kib['peak']:.0f} KiB = by hand for "
+                    f"a W that {how}; peak - start = the allocator's")  # fmt: skip
+    return (f"MISMATCH: peak {kib['peak']:.0f} KiB, by hand {kib['hand_peak_frees']:.0f} "
+            f"(frees) or {kib['hand_peak_keeps']:.0f} KiB (keeps)")  # fmt: skip
 
 
 def verdict(result: dict) -> str:
@@ -209,14 +418,17 @@ def main() -> None:
     worker_command = [sys.executable, __file__, "--worker", "--reps", str(args.reps)]
     worker_command += ["--depths", str(args.depths)]
     plan, stock_out, overlay_out = run_stock_and_overlay(REPO, worker_command)
-    stock, overlay = (json.loads(out.strip().splitlines()[-1]) for out in (stock_out, overlay_out))
+    stock_json, overlay_json = (
+        json.loads(out.strip().splitlines()[-1]) for out in (stock_out, overlay_out)
+    )
+    stock, overlay = stock_json["rows"], overlay_json["rows"]
     for kind, description in KINDS.items():
         print(f"{kind}: {description}")
     print(f"overlay: {plan.summary()}; Linear({WIDTH}, {WIDTH}) + ReLU, batch {BATCH}, "
           f"1 thread, median of {args.reps}")  # fmt: skip
     print("columns: stock | overlay | overlay/stock")
     header = (f"{'stage':12} {'(I+W)/fused time':>26} {'FLOP ratio':>16} {'held MB I->W':>20} "
-              f"{'groups ms':>27} {'per layer':>10} {'grads':>14}")  # fmt: skip
+              f"{'peak MB in W':>28} {'groups ms':>27} {'per layer':>10} {'grads':>14}")  # fmt: skip
     print(header)
     print("-" * len(header))
     previous = {}  # kind -> the overlay's bookkeeping time per layer at the previous depth
@@ -229,18 +441,33 @@ def main() -> None:
             continue
         if "error" in s:  # the overlay's numbers alone
             s = {"time": float("nan"), "flops": float("nan"), "held_mb": float("nan"),
-                 "groups_ms": float("nan"), "correct": s["error"]}  # fmt: skip
+                 "peak_w_mb": float("nan"), "groups_ms": float("nan"),
+                 "correct": s["error"]}  # fmt: skip
         depth = int(name.split()[1])
         per_layer = o["groups_ms"] / depth
         growth = f"{per_layer / previous[kind]:10.2f}" if kind in previous else f"{'':10}"
         previous[kind] = per_layer
         print(f"{name:12} {s['time']:7.2f} | {o['time']:5.2f} | {o['time'] / s['time']:5.2f}x "
               f"{s['flops']:6.2f} | {o['flops']:5.2f} {s['held_mb']:8.1f} | {o['held_mb']:7.1f} "
+              f"{s['peak_w_mb']:9.1f} | {o['peak_w_mb']:7.1f} | {o['peak_w_mb'] / s['peak_w_mb']:5.2f}x "
               f"{s['groups_ms']:8.2f} | {o['groups_ms']:6.2f} | {o['groups_ms'] / s['groups_ms']:5.2f}x "
               f"{growth} {verdict(s):>6} | {verdict(o)}")  # fmt: skip
     errors = {s["error"] for s in stock.values() if "error" in s}
     for error in sorted(errors):
         print(f"stock error: {error}")
+    above = [name for name in stock if "error" not in stock[name] | overlay[name]
+             and overlay[name]["peak_w_mb"] > stock[name]["peak_w_mb"]]  # fmt: skip
+    if above:
+        print("peak MB in W above stock, overlay - stock at each one's peak, by kind:")
+    for name in above:
+        s, o = stock[name]["peak_w_parts_mb"], overlay[name]["peak_w_parts_mb"]
+        parts = {k: o.get(k, 0.0) - s.get(k, 0.0) for k in {*s, *o}}
+        print(f"  {name:12} " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(parts.items()) if v))
+    print(f"peak tracker check on {TRACKER_CHECK_DEPTH} x bias-free Linear({WIDTH}, {WIDTH}), "
+          f"batch {BATCH}, against bytes worked out by hand (see check_tracker):")  # fmt: skip
+    for label, check in (("stock", stock_json["tracker_check"]),
+                         ("overlay", overlay_json["tracker_check"])):  # fmt: skip
+        print(f"  {label}: {tracker_check_verdict(check)}")
 
 
 if __name__ == "__main__":

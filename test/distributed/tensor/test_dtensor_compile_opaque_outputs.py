@@ -18,7 +18,13 @@ from functorch.compile import nop
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
+from torch.distributed.tensor import (
+    distribute_tensor,
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+)
 from torch.nn.utils import parametrize as P
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -161,6 +167,65 @@ class DTensorCompileOpaqueOutputTest(TestCase):
 
 
 instantiate_parametrized_tests(DTensorCompileOpaqueOutputTest)
+
+
+LIST_VIEWS = {
+    "split": lambda x: x.split(2, dim=1),
+    "chunk": lambda x: x.chunk(2, dim=1),
+    "unbind": lambda x: x.unbind(1),
+    "split_with_sizes": lambda x: torch.split(x, [1, 3], dim=1),
+    "split_of_intermediate": lambda x: (x * 2).split(2, dim=1),
+}
+
+
+class DTensorCompileListViewTest(TestCase):
+    """Views returned in a list (split, chunk, unbind) of a DTensor compile as in eager:
+    tracing such an op with the native sharding cache left out must alias the list's
+    elements as dispatchDTensorOp does, not as return_and_correct_aliasing does."""
+
+    def setUp(self):
+        super().setUp()
+        torch._C._clear_DTensor_sharding_propagator_cache()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        self.mesh = init_device_mesh("cpu", (4,))
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+        super().tearDown()
+
+    def sharded(self):
+        local = torch.arange(32, dtype=torch.float64).view(8, 4)
+        return DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False)
+
+    @parametrize("backend", ["aot_eager", "inductor"])
+    @parametrize("name", list(LIST_VIEWS))
+    def test_list_of_views(self, backend, name):
+        fn = LIST_VIEWS[name]
+        x, ref = self.sharded().requires_grad_(), self.sharded().requires_grad_()
+        out, expected = torch.compile(fn, backend=backend, fullgraph=True)(x), fn(ref)
+        self.assertEqual(len(out), len(expected))
+        for ours, theirs in zip(out, expected, strict=True):
+            self.assertEqual(ours.placements, theirs.placements)
+            self.assertEqual(ours.to_local(), theirs.to_local(), atol=0, rtol=0)
+        sum(o.to_local().sum() * (i + 1) for i, o in enumerate(out)).backward()
+        sum(o.to_local().sum() * (i + 1) for i, o in enumerate(expected)).backward()
+        self.assertEqual(x.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
+
+    @parametrize("backend", ["aot_eager", "inductor"])
+    def test_mutation_through_a_listed_view(self, backend):
+        def fn(x):
+            a, b = x.split(2, dim=1)
+            a.mul_(2)
+            return b + 1
+
+        x, ref = self.sharded(), self.sharded()
+        out, expected = torch.compile(fn, backend=backend, fullgraph=True)(x), fn(ref)
+        self.assertEqual(out.to_local(), expected.to_local(), atol=0, rtol=0)
+        self.assertEqual(x.to_local(), ref.to_local(), atol=0, rtol=0)
+
+
+instantiate_parametrized_tests(DTensorCompileListViewTest)
 
 
 if __name__ == "__main__":
