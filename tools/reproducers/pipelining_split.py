@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from tools.reproducers import Outcome, reproducer
 
-PATCH = "[pipelining] Make the dX/dW split backward equal to a fused backward"
+GROUPING = "[pipelining] dX/dW split: one param group per parameter, graph kept for later groups"
+ACCUMULATE = "[pipelining] dX/dW split: accumulate weight gradients through AccumulateGrad"
+NO_INPLACE_DETACH = "[pipelining] dX/dW split: do not detach user tensors in place"
 UPSTREAM = "-"
 
 
@@ -40,37 +42,37 @@ def _split_vs_fused(stage, n_params: int, n_microbatches: int = 1) -> Outcome:
 
 
 @reproducer(bug="Split backward: weight reused after another layer (x@w1@w2@w1) crashes W",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream=UPSTREAM, patch=GROUPING)  # fmt: skip
 def split_weight_reused_after_another_layer() -> Outcome:
     return _split_vs_fused(lambda x, p: [x @ p[0] @ p[1] @ p[0]], 2)
 
 
 @reproducer(bug="Split backward: a param joining two groups, tanh((x+(w0+s))+(w1+s))",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream=UPSTREAM, patch=GROUPING)  # fmt: skip
 def split_param_in_two_groups() -> Outcome:
     return _split_vs_fused(lambda x, p: [((x + (p[0] + p[2])) + (p[1] + p[2])).tanh()], 3)
 
 
 @reproducer(bug="Split backward: a parameter-only stage output (pos * 1.0) gets no grad",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream=UPSTREAM, patch=GROUPING)  # fmt: skip
 def split_parameter_only_output() -> Outcome:
     return _split_vs_fused(lambda x, p: [(x @ p[0]).tanh(), p[1] * 1.0], 2)
 
 
 @reproducer(bug="Split backward: a view stage output (h.view(-1)) crashes I (detach_)",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream="pytorch/pytorch#142229", patch=NO_INPLACE_DETACH)  # fmt: skip
 def split_view_output() -> Outcome:
     return _split_vs_fused(lambda x, p: [(x @ p[0]).tanh().view(-1)], 1)
 
 
 @reproducer(bug="Split backward: x @ (wa + wb) over 3 micro-batches (.grad aliasing)",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream=UPSTREAM, patch=ACCUMULATE)  # fmt: skip
 def split_grad_aliasing() -> Outcome:
     return _split_vs_fused(lambda x, p: [x @ (p[0] + p[1])], 2, n_microbatches=3)
 
 
 @reproducer(bug="Split backward: post-accumulate-grad hooks do not fire in W",
-            upstream=UPSTREAM, patch=PATCH)  # fmt: skip
+            upstream=UPSTREAM, patch=ACCUMULATE)  # fmt: skip
 def split_post_accumulate_hook() -> Outcome:
     import torch
     from torch.distributed.pipelining._backward import (
