@@ -25,6 +25,7 @@ from torch.distributed.tensor import (
     Replicate,
     Shard,
 )
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch.nn.utils import parametrize as P
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -69,8 +70,8 @@ class ReplicateComputation(torch.nn.Module):
 class DTensorCompileOpaqueOutputTest(TestCase):
     def setUp(self):
         super().setUp()
-        # Each test starts from an empty sharding cache, as in a fresh process.
-        torch._C._clear_DTensor_sharding_propagator_cache()
+        # Each test starts from empty sharding caches, as in a fresh process.
+        _clear_sharding_prop_cache()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
         self.mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
 
@@ -185,7 +186,7 @@ class DTensorCompileListViewTest(TestCase):
 
     def setUp(self):
         super().setUp()
-        torch._C._clear_DTensor_sharding_propagator_cache()
+        _clear_sharding_prop_cache()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
         self.mesh = init_device_mesh("cpu", (4,))
 
