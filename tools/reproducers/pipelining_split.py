@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from tools.reproducers import Outcome, reproducer
 
-GROUPING = "[pipelining] dX/dW split: one param group per parameter, graph kept for later groups"
+GROUPING = (
+    "[pipelining] dX/dW split: one param group per parameter, graph kept where groups overlap"
+)
 ACCUMULATE = "[pipelining] dX/dW split: accumulate weight gradients through AccumulateGrad"
 NO_INPLACE_DETACH = "[pipelining] dX/dW split: do not detach user tensors in place"
 UPSTREAM = "-"

@@ -10,8 +10,7 @@ from torch.distributed.pipelining._backward import (
     stage_backward_input,
     stage_backward_weight,
 )
-from torch.testing._internal.common_utils import run_tests, TestCase
-
+from torch.testing._internal.common_utils import TestCase, run_tests
 
 DIM = 4
 

@@ -1,8 +1,9 @@
 # Owner(s): ["oncall: distributed"]
 """Zero-bubble schedules (split dX/dW backward) give the gradients of a single-process
 reference on stages with view outputs, parameter-only outputs and outputs used
-inside the stage, and free the graphs of the step once it ran; Interleaved1F1B
-(fused backward) is the control."""
+inside the stage, free what the loss saved before the last stage's weight backward and
+the graphs of the step once it ran, and leave a parameter returned as an output
+requiring grad; Interleaved1F1B (fused backward) is the control."""
 
 import collections
 import gc
@@ -67,6 +68,17 @@ class OutputUsedInside(torch.nn.Module):
         return h1, h1 @ self.wc
 
 
+class ReturnsParameter(torch.nn.Module):
+    """A last stage that returns one of its parameters as an output."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.t = param(DIM, DIM), param(DIM, DIM)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w), self.t
+
+
 class Sum(torch.nn.Module):
     def forward(self, h1, h2):
         return h1 + h2
@@ -74,6 +86,7 @@ class Sum(torch.nn.Module):
 
 MODELS = {
     "outputs": (Linear, ParameterOutput, OutputUsedInside, Sum),
+    "parameter_returned": (Linear, Linear, Linear, ReturnsParameter),
 }
 
 
@@ -92,6 +105,9 @@ def count_accumulations(modules):
 
 
 def loss_fn(output, target):
+    if isinstance(output, tuple):
+        output, scale = output
+        return ((output - target) ** 2).mean() * scale.mean()
     return ((output - target) ** 2).mean()
 
 
@@ -107,6 +123,23 @@ def recording_loss_fn(saved):
             return loss_fn(output, target)
 
     return recording
+
+
+def record_alive_at_weight_backward(stages, saved):
+    """Count, at each weight backward of the last stage, the loss-saved tensors alive."""
+    alive = []
+    for stage in stages:
+        if not stage.is_last:
+            continue
+        original = stage.backward_weight_one_chunk
+
+        def backward_weight_one_chunk(*args, original=original, **kwargs):
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in saved))
+            return original(*args, **kwargs)
+
+        stage.backward_weight_one_chunk = backward_weight_one_chunk
+    return alive
 
 
 class ScheduleSplitBackwardDetachTest(MultiProcessTestCase):
@@ -140,6 +173,7 @@ class ScheduleSplitBackwardDetachTest(MultiProcessTestCase):
         x = torch.randn(BATCH, DIM, dtype=torch.float64)
         y = torch.randn(BATCH, DIM, dtype=torch.float64)
         reference = self._reference(model, x, y)
+        weight_backwards_of_last_stage = 0
         for schedule_cls, layout in SCHEDULES.items():
             with self.subTest(schedule=schedule_cls.__name__):
                 modules = build(model)
@@ -149,6 +183,7 @@ class ScheduleSplitBackwardDetachTest(MultiProcessTestCase):
                     for i in layout[self.rank]
                 ]
                 saved = []  # weak references to what the loss's graph saves
+                alive_at_w = record_alive_at_weight_backward(stages, saved)
                 schedule = schedule_cls(
                     stages,
                     n_microbatches=N_MICROBATCHES,
@@ -164,6 +199,16 @@ class ScheduleSplitBackwardDetachTest(MultiProcessTestCase):
                 gc.collect()
                 self.assertEqual([ref() for ref in saved if ref() is not None], [])
                 del outputs, losses  # held until here on purpose
+                if model == "outputs":
+                    # No parameter feeds the loss, so W never runs the loss
+                    # function's graph: what it saved is freed after I, before
+                    # the last stage's W, as on stock.
+                    weight_backwards_of_last_stage += len(alive_at_w)
+                    self.assertEqual(sum(alive_at_w), 0)
+                # A parameter returned as an output keeps requiring grad.
+                for i in layout[self.rank]:
+                    for name, p in modules[i].named_parameters():
+                        self.assertTrue(p.requires_grad, msg=f"stage {i} {name}")
                 for i in layout[self.rank]:
                     for (name, p), ref in zip(
                         modules[i].named_parameters(),
@@ -175,10 +220,18 @@ class ScheduleSplitBackwardDetachTest(MultiProcessTestCase):
                         # one AccumulateGrad per micro-batch, as in a fused backward
                         self.assertEqual(accumulations[p], N_MICROBATCHES, msg=msg)
                 dist.barrier()
+        if model == "outputs" and any(
+            3 in lay[self.rank] for lay in SCHEDULES.values()
+        ):
+            # the check above ran (ZBV has the last stage run W for a micro-batch)
+            self.assertGreater(weight_backwards_of_last_stage, 0)
         dist.destroy_process_group()
 
     def test_view_and_parameter_outputs(self):
         self.check_matches_reference("outputs")
+
+    def test_last_stage_returns_a_parameter(self):
+        self.check_matches_reference("parameter_returned")
 
 
 if __name__ == "__main__":
