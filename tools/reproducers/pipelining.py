@@ -56,3 +56,86 @@ def tied_weight_scaled_twice() -> Outcome:
     with tempfile.TemporaryDirectory() as scratch:  # FileStore deletes its file itself
         error = in_spawned_child(_tied_weight_zbv, f"{scratch}/store", timeout=120)
     return Outcome(error < 1e-12, f"tied grad relative error {error:.2g} vs a fused backward")
+
+
+def _ddp_stages(store_path: str, schedule_name: str, queue) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, schedules
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 1), rank=0, world_size=1)
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(4, 4, dtype=torch.float64) for _ in range(2)]
+    references = [torch.nn.Linear(4, 4, dtype=torch.float64) for _ in range(2)]
+    for layer, reference in zip(layers, references, strict=True):
+        reference.load_state_dict(layer.state_dict())
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(1)  # one rank: the all-reduce would return the bucket unchanged
+        future = torch.futures.Future()
+        future.set_result(bucket.buffer())
+        return future
+
+    wrapped = [DDP(layer) for layer in layers]
+    for module in wrapped:
+        module.register_comm_hook(None, counting_hook)
+
+    def loss_fn(output, target):
+        return ((output - target) ** 2).mean()
+
+    device = torch.device("cpu")
+    stages = [PipelineStage(m, i, 2, device) for i, m in enumerate(wrapped)]
+    schedule = getattr(schedules, schedule_name)(stages, n_microbatches=4, loss_fn=loss_fn)
+    x, y = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
+    per_step, error = [], None
+    try:
+        for _ in range(2):
+            calls.clear()
+            for module in layers + references:
+                module.zero_grad()
+            schedule.step(x, target=y)
+            per_step.append(len(calls))
+            for xm, ym in zip(x.chunk(4), y.chunk(4), strict=True):
+                (loss_fn(references[1](references[0](xm)), ym) / 4).backward()
+            error = max(
+                ((p.grad - r.grad).norm() / r.grad.norm()).item()
+                for layer, reference in zip(layers, references, strict=True)
+                for p, r in zip(layer.parameters(), reference.parameters(), strict=True)
+            )
+        queue.put((per_step, error, None))
+    except RuntimeError as e:
+        queue.put((per_step, error, str(e).strip().splitlines()[0][:70]))
+    dist.destroy_process_group()
+
+
+def _ddp_outcome(schedule_name: str) -> Outcome:
+    with tempfile.TemporaryDirectory() as scratch:
+        per_step, error, failure = in_spawned_child(
+            _ddp_stages, f"{scratch}/store", schedule_name, timeout=120
+        )
+    # Two one-bucket DDP stages: one all-reduce each per step.
+    ok = failure is None and per_step == [2, 2] and error is not None and error < 1e-12
+    detail = f"all-reduces per step {per_step} (want [2, 2])"
+    if error is not None:
+        detail += f", grad relative error {error:.2g}"
+    return Outcome(ok, detail + (f"; {failure}" if failure else ""))
+
+
+@reproducer(
+    bug="DDP-wrapped stages under ScheduleZBVZeroBubble (1 rank, 2 steps): reduced never or twice",
+    upstream="pytorch/pytorch#144530",
+    patch="[pipelining] Reduce a DDP stage's gradients once per step under zero-bubble schedules",
+)
+def ddp_zero_bubble_reduces_once() -> Outcome:
+    return _ddp_outcome("ScheduleZBVZeroBubble")
+
+
+@reproducer(
+    bug="DDP-wrapped stages under Interleaved1F1B: metadata inference arms DDP, step 1 reduces twice",
+    upstream="-",
+    patch="[pipelining] Reduce a DDP stage's gradients once per step under zero-bubble schedules",
+)
+def ddp_first_step_reduces_twice() -> Outcome:
+    return _ddp_outcome("ScheduleInterleaved1F1B")
