@@ -2,15 +2,18 @@
 """An op that receives the same DTensor more than once redistributes it once."""
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorTestBase,
     create_local_tensor_test_class,
     map_local_for_rank,
     with_comms,
 )
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
 
 def rank_values(rank):
@@ -57,6 +60,42 @@ class DistRedistributeSameInputOnceTest(DTensorTestBase):
 DistRedistributeSameInputOnceTestWithLocalTensor = create_local_tensor_test_class(
     DistRedistributeSameInputOnceTest
 )
+
+
+class CompiledRedistributeDynamicShapesTest(TestCase):
+    """Specs of a dynamic-shape trace hold SymInts and cannot be hashed: an op that
+    redistributes must still compile (the deduplication is skipped)."""
+
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        self.mesh = init_device_mesh("cpu", (4,))
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+        super().tearDown()
+
+    def test_redistribute_with_dynamic_shape(self):
+        def f(x, out):
+            return x + 1, out.addcmul(x, x, value=0.5)
+
+        def inputs():
+            x = DTensor.from_local(
+                torch.ones(3, 4), self.mesh, [Partial()], run_check=False
+            )
+            out = DTensor.from_local(
+                torch.zeros(3, 4), self.mesh, [Replicate()], run_check=False
+            )
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(out, 0)
+            return x, out
+
+        expected = f(*inputs())
+        actual = torch.compile(f, backend="aot_eager", fullgraph=True)(*inputs())
+        for a, e in zip(actual, expected, strict=True):
+            self.assertEqual(a.placements, e.placements)
+            self.assertEqual(a.to_local(), e.to_local())
 
 
 if __name__ == "__main__":
