@@ -56,14 +56,18 @@ class DTensorCompileSymbolicScalarTest(TestCase):
         def f(x, s):
             return x * s
 
+        values = (2.0, 3.0, 4.5)
+        expected = [f(self.dtensor(Shard(0)), s) for s in values]
         counter = CompileCounterWithBackend("aot_eager")
         compiled = torch.compile(f, backend=counter, fullgraph=True)
         with torch._dynamo.config.patch(specialize_float=False):
-            for s in (2.0, 3.0, 4.5):
+            for s, e in zip(values, expected, strict=True):
+                # As each compile in a fresh process would: eager entries in the
+                # sharding caches would hide the specialization.
+                _clear_sharding_prop_cache()
                 out = compiled(self.dtensor(Shard(0)), s)
-                expected = f(self.dtensor(Shard(0)), s)
-                self.assertEqual(out.placements, expected.placements)
-                self.assertEqual(out.to_local(), expected.to_local())
+                self.assertEqual(out.placements, e.placements)
+                self.assertEqual(out.to_local(), e.to_local())
         # The first call traces with the float as a constant; the second makes it
         # dynamic; a third value must reuse that graph.
         self.assertEqual(counter.frame_count, 2)
