@@ -149,6 +149,25 @@ class StageBackwardSplitGroupingTests(TestCase):
             self.assertEqual(groups_of_fresh_graph(churn), first)
             gc.collect()
 
+    def test_weight_backward_frees_each_group_on_a_plain_stack(self):
+        """Groups that share no node free what they ran, as a fused backward would:
+        only a group that starts from more than one node (a reused weight) makes
+        W keep the graph for the groups after it."""
+        params = make_params(3)
+        x = torch.randn(DIM, DIM, dtype=torch.float64, requires_grad=True)
+        out = torch.tanh(torch.tanh(torch.tanh(x @ params[0]) @ params[1]) @ params[2])
+        _, param_groups = stage_backward_input(
+            [out], [torch.ones_like(out)], [x], iter(params)
+        )
+        self.assertEqual(len(param_groups), 3)
+        intermediates = [g["intermediates"][0] for g in param_groups]
+        stage_backward_weight(iter(params), param_groups)
+        for node in intermediates:
+            edge = torch.autograd.graph.GradientEdge(node, 0)
+            grad = torch.ones(DIM, DIM, dtype=torch.float64)
+            with self.assertRaisesRegex(RuntimeError, "a second time"):
+                torch.autograd.grad(edge, params, grad, allow_unused=True)
+
 
 if __name__ == "__main__":
     run_tests()
