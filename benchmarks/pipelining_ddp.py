@@ -43,7 +43,7 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
     store = dist.FileStore(store_path, 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     torch.manual_seed(0)
-    reduced = []  # (buckets, bytes) per call of the hook
+    reduced = []  # bytes of the bucket, one entry per call of the hook
 
     def counting_hook(state, bucket):
         reduced.append(bucket.buffer().numel() * bucket.buffer().element_size())
@@ -74,7 +74,7 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
             schedule.step(x, target=y)
             steps.append(((time.process_time() - start) * 1e3, len(reduced), sum(reduced)))
     except RuntimeError as error:
-        return {"error": str(error).strip().splitlines()[0][:90], "steps": len(steps)}
+        return {"error": str(error).strip().splitlines()[0][:90]}
     finally:
         dist.destroy_process_group()
     buckets = sum(len(m.reducer._get_zeros_like_grad_buckets()) for m in modules)
