@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -43,6 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--resume", action="store_true",
                       help="reuse a file's earlier result when overlay, file and options match")  # fmt: skip
     gate.add_argument("files", nargs="*", metavar="TEST_FILE", help="only these mapped files")
+    sweep = verbs.add_parser(
+        "sweep", help="upstream's strategy validator over every registered op, stock vs overlay"
+    )
+    sweep.add_argument("--dtypes", default=",".join(("float32", "float64", "bfloat16", "int64", "bool")),
+                       help="comma-separated torch dtypes")  # fmt: skip
+    sweep.add_argument("--ops", help="comma-separated OpInfo names (default: every registered op)")
+    sweep.add_argument("--max-samples", type=int, default=6, help="samples per OpInfo")
+    sweep.add_argument("--world-size", type=int, default=2)
+    sweep.add_argument("--batch-size", type=int, default=40, help="ops per worker process")
+    sweep.add_argument("--op-timeout", type=float, default=300, help="seconds per op")
+    sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    sweep.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
     for verb, text in (
         ("build", "apply the series as a branch of a PyTorch checkout and build it with CUDA"),
         ("stack", "prepare that branch for ghstack submit, with an offline rehearsal"),
@@ -125,6 +138,15 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         from tools.verify import verify
 
         return verify(repo, args.out or repo / "reports")
+    elif args.verb == "sweep":
+        from tools.sweep import sweep
+
+        return sweep(
+            repo, args.out or repo / "reports", dtypes=args.dtypes.split(","),
+            only=args.ops.split(",") if args.ops else (), max_samples=args.max_samples,
+            world_size=args.world_size, batch_size=args.batch_size,
+            op_timeout=args.op_timeout, jobs=args.jobs,
+        )  # fmt: skip
     elif args.verb == "upstream-test":
         from tools.upstream_test import upstream_test
 

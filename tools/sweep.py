@@ -1,0 +1,375 @@
+"""`torch-overlay sweep`: upstream's DTensor strategy validator over every registered op and
+several dtypes, on stock torch and with the overlay, in one run.
+
+The validator (``torch.distributed.tensor._ops.strategy_validation``, shipped in the wheel)
+runs each op's OpInfo samples on plain tensors, then checks every sharding rule DTensor
+claims against that ground truth (``--incorrect-only`` mode: it does not search for missing
+rules). Its own command line only knows float dtypes, so the worker below calls
+``compare_operator`` directly.
+
+Some ops crash the validator (``linalg.ldl_solve`` segfaults in LAPACK on some samples), so
+each process runs one batch of ops and prints one line per op as it finishes. When a
+process dies or an op runs past the time limit, the op it was on is run again alone: if it
+fails alone it is reported as a crash or a timeout, and the rest of the batch goes on in a
+new process. ``reports/sweep.{md,json}`` list every rule the validator calls incorrect on
+either side (op, dtype, rule, stock verdict, overlay verdict), plus the ops it could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tools.active import environment, materialize, tree_digest
+
+DTYPES = ("float32", "float64", "bfloat16", "int64", "bool")
+MARK = "@@sweep "  # worker lines that carry a result; the validator prints other lines too
+VARIANTS = ("stock", "overlay")
+STARTUP_S = 120.0  # importing torch and the OpInfo database, on a loaded 2-core machine
+
+
+def worker_command() -> list[str]:
+    return [sys.executable, "-m", "tools.sweep"]
+
+
+def run_once(
+    command: list[str],
+    env: dict[str, str],
+    ops: list[str],
+    op_timeout: float,
+    cwd: Path,
+    startup_s: float = STARTUP_S,
+) -> tuple[dict[str, dict], str, str]:
+    """Run one worker over ``ops``; return the ops it reported, how it ended ("ok",
+    "timeout" or "crash") and the tail of its stderr."""
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            command + ops, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        reported: dict[str, dict] = {}
+        how = "ok"
+        deadline = time.monotonic() + startup_s + op_timeout
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                proc.kill()
+                how = "timeout"
+                break
+            if line is None:
+                break
+            if line.startswith(MARK):
+                result = json.loads(line[len(MARK) :])
+                reported[result["op"]] = result
+                deadline = time.monotonic() + op_timeout
+        rc = proc.wait()
+        if how == "ok" and (rc or len(reported) < len(ops)):
+            how = "crash"
+        stderr.seek(0)
+        # The last lines say why (an abort message, a traceback's last line); torch's import
+        # warnings ("W1126 ... No CUDA runtime is found") say nothing about the op.
+        text = stderr.read().decode(errors="replace").splitlines()
+        tail = [line for line in text if line.strip() and not line.startswith("W")][-2:]
+    return reported, how, f"exit {rc}: " + " | ".join(tail)
+
+
+def run_batch(
+    command: list[str],
+    env: dict[str, str],
+    ops: list[str],
+    op_timeout: float,
+    cwd: Path,
+    startup_s: float = STARTUP_S,
+) -> dict[str, dict]:
+    """Every op of ``ops`` with a result; an op that kills its process alone is a crash."""
+    results: dict[str, dict] = {}
+    runs = deque([ops])
+    while runs:
+        batch = runs.popleft()
+        reported, how, detail = run_once(command, env, batch, op_timeout, cwd, startup_s)
+        results.update(reported)
+        left = [op for op in batch if op not in reported]
+        if not left:
+            continue
+        if len(batch) == 1:
+            results[batch[0]] = {"op": batch[0], "status": how, "detail": detail}
+            continue
+        # The op that was running is the first one not reported; try it alone, then go on.
+        if left[1:]:
+            runs.appendleft(left[1:])
+        runs.appendleft(left[:1])
+    return results
+
+
+def sweep_variants(
+    repo: Path,
+    variants: dict[str, dict[str, str]],
+    ops: list[str],
+    dtypes: Sequence[str],
+    max_samples: int,
+    world_size: int,
+    batch_size: int,
+    op_timeout: float,
+    jobs: int,
+    command: list[str] | None = None,
+) -> dict[str, dict[str, dict[str, dict]]]:
+    """results[variant][dtype][op] for each variant's environment."""
+    command = command or worker_command()
+    tasks = []
+    for variant, env in variants.items():
+        for dtype in dtypes:
+            args = [f"--dtype={dtype}", f"--max-samples={max_samples}",
+                    f"--world-size={world_size}", "--"]  # fmt: skip
+            for start in range(0, len(ops), batch_size):
+                batch = ops[start : start + batch_size]
+                tasks.append((variant, dtype, command + args, env, batch))
+    results: dict[str, dict[str, dict[str, dict]]] = {v: {d: {} for d in dtypes} for v in variants}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [
+            (variant, dtype, pool.submit(run_batch, cmd, env, batch, op_timeout, repo))
+            for variant, dtype, cmd, env, batch in tasks
+        ]
+        for variant, dtype, future in futures:
+            results[variant][dtype].update(future.result())
+    return results
+
+
+def registered_ops(env: dict[str, str], repo: Path) -> list[str]:
+    proc = subprocess.run(worker_command() + ["--list"], cwd=repo, env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def verdict(result: dict | None, rule: str) -> str:
+    if result is None:
+        return "not run"
+    if result["status"] != "ok":
+        return result["status"]
+    return "incorrect" if rule in result["incorrect"] else "not flagged"
+
+
+def rows(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
+    """One row per (op, dtype, rule) that either variant calls incorrect."""
+    out = []
+    stock, overlay = results["stock"], results["overlay"]
+    for dtype in stock:
+        for op in sorted(set(stock[dtype]) | set(overlay[dtype])):
+            s, o = stock[dtype].get(op), overlay[dtype].get(op)
+            flagged: dict[str, dict] = {}
+            for result in (s, o):
+                if result and result["status"] == "ok":
+                    for rule, example in result["incorrect"].items():
+                        flagged.setdefault(rule, example)
+            for rule in sorted(flagged):
+                out.append({"op": op, "dtype": dtype, "rule": rule, "stock": verdict(s, rule),
+                            "overlay": verdict(o, rule), "example": flagged[rule]})  # fmt: skip
+    return out
+
+
+def failures(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
+    """Ops the validator could not run (crash, timeout, error), per variant and dtype."""
+    return [
+        {"variant": variant, "dtype": dtype, "op": op, "status": r["status"], "detail": r["detail"]}
+        for variant, by_dtype in results.items()
+        for dtype, by_op in by_dtype.items()
+        for op, r in sorted(by_op.items())
+        if r["status"] in ("crash", "timeout", "error")
+    ]
+
+
+def summary(results: dict[str, dict[str, dict[str, dict]]]) -> dict[str, dict[str, dict]]:
+    """Per variant and dtype: ops validated, incorrect rules, ops with one, ops not run."""
+    out: dict[str, dict[str, dict]] = {}
+    for variant, by_dtype in results.items():
+        for dtype, by_op in by_dtype.items():
+            ok = [r for r in by_op.values() if r["status"] == "ok"]
+            out.setdefault(variant, {})[dtype] = {
+                "validated": sum(1 for r in ok if r["samples"]),
+                "incorrect_rules": sum(len(r["incorrect"]) for r in ok),
+                "ops_with_incorrect": sorted(r["op"] for r in ok if r["incorrect"]),
+                "failed": sorted(
+                    r["op"] for r in by_op.values() if r["status"] in ("crash", "timeout", "error")
+                ),
+            }
+    return out
+
+
+def markdown(report: dict) -> str:
+    settings = report["settings"]
+    lines = [
+        "# Strategy validator sweep: stock vs overlay",
+        "",
+        f"torch {report['torch']}; overlay files {report['overlay_files'][:12]}; "
+        f"{len(report['ops'])} ops; dtypes {', '.join(settings['dtypes'])}; "
+        f"--max-samples {settings['max_samples']}, world size {settings['world_size']}, "
+        f"CPU, incorrect-only; {report['seconds']:.0f} s.",
+        "",
+        "| dtype | validated ops (stock / overlay) | incorrect rules (stock / overlay) "
+        "| ops not run (stock / overlay) |",
+        "| --- | --- | --- | --- |",
+    ]
+    s, o = report["summary"]["stock"], report["summary"]["overlay"]
+    for dtype in settings["dtypes"]:
+        lines.append(
+            f"| {dtype} | {s[dtype]['validated']} / {o[dtype]['validated']} "
+            f"| {s[dtype]['incorrect_rules']} / {o[dtype]['incorrect_rules']} "
+            f"| {len(s[dtype]['failed'])} / {len(o[dtype]['failed'])} |"
+        )
+    lines += ["", "## Rules called incorrect", ""]
+    lines += [
+        "| op | dtype | rule | stock | overlay | example |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in report["rows"]:
+        example = row["example"].replace("|", "\\|")
+        lines.append(f"| {row['op']} | {row['dtype']} | `{row['rule']}` | {row['stock']} "
+                     f"| {row['overlay']} | {example} |")  # fmt: skip
+    if not report["rows"]:
+        lines.append("| (none) | | | | | |")
+    lines += ["", "## Ops the validator could not run", ""]
+    lines += ["| variant | dtype | op | status | detail |", "| --- | --- | --- | --- | --- |"]
+    for f in report["failures"]:
+        lines.append(f"| {f['variant']} | {f['dtype']} | {f['op']} | {f['status']} "
+                     f"| {f['detail'].replace('|', '/')[:200]} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def sweep(
+    repo: Path,
+    out: Path,
+    dtypes: Sequence[str] = DTYPES,
+    only: Sequence[str] = (),
+    max_samples: int = 6,
+    world_size: int = 2,
+    batch_size: int = 40,
+    op_timeout: float = 300.0,
+    jobs: int = 2,
+) -> int:
+    """Run the sweep, write ``out/sweep.{md,json}``; exit status 1 if the overlay leaves an
+    incorrect rule or an op it could not run."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        materialize(repo, tree)
+        envs = {"stock": environment(None), "overlay": environment(tree)}
+        ops = list(only) or registered_ops(envs["overlay"], repo)
+        results = sweep_variants(repo, envs, ops, dtypes, max_samples, world_size,
+                                 batch_size, op_timeout, jobs)  # fmt: skip
+        digest = tree_digest(tree)
+    import torch  # the wheel's version, for the report (the overlay changes no version)
+
+    report = {
+        "torch": torch.__version__,
+        "overlay_files": digest,
+        "settings": {
+            "dtypes": list(dtypes),
+            "max_samples": max_samples,
+            "world_size": world_size,
+            "narrowed": bool(only),
+        },
+        "ops": ops,
+        "seconds": time.monotonic() - started,
+        "summary": summary(results),
+        "rows": rows(results),
+        "failures": failures(results),
+        "results": results,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "sweep.md").write_text(markdown(report))
+    print(markdown(report), end="")
+    print(f"written: {out / 'sweep.md'}, {out / 'sweep.json'}")
+    left = [r for r in report["rows"] if r["overlay"] == "incorrect"]
+    return 1 if left or any(f["variant"] == "overlay" for f in report["failures"]) else 0
+
+
+# --- the worker: one process, one dtype, a batch of ops -------------------------------------
+
+
+def rule_key(discrepancy) -> str:
+    inputs = ", ".join(discrepancy.input_placements)
+    outputs = ", ".join(discrepancy.output_placements)
+    return f"{discrepancy.aten_op}: {inputs} -> {outputs}"
+
+
+def example(discrepancy) -> str:
+    shapes = ", ".join(str(list(s)) for s in discrepancy.input_shapes)
+    scalars = [repr(a) for a in discrepancy.scalar_args]
+    scalars += [f"{k}={v!r}" for k, v in discrepancy.scalar_kwargs.items()]
+    text = f"shapes {shapes}" + (f"; args {', '.join(scalars)}" if scalars else "")
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def validate(op: str, dtype_name: str, max_samples: int, world_size: int) -> dict:
+    import torch
+    import torch.distributed.tensor._ops.strategy_validation as sv
+
+    if op in sv.SKIP_OPS:
+        return {"op": op, "status": "skipped", "detail": sv.SKIP_OPS[op]}
+    dtype = getattr(torch, dtype_name)
+    if not any(o.supports_dtype(dtype, "cpu") for o in sv.get_opinfo_by_name(op)):
+        return {"op": op, "status": "dtype not supported", "detail": ""}
+    try:
+        stats = sv.compare_operator(op, "cpu", dtype, world_size, max_samples, incorrect_only=True)
+    except Exception as error:  # the validator's own failure, not a verdict on a rule
+        return {"op": op, "status": "error", "detail": f"{type(error).__name__}: {error}"}
+    if stats.no_dtensor_support:
+        return {"op": op, "status": "no DTensor support", "detail": ""}
+    incorrect: dict[str, str] = {}
+    for discrepancy in stats.false_positives:
+        incorrect.setdefault(rule_key(discrepancy), example(discrepancy))
+    return {"op": op, "status": "ok", "samples": stats.total_samples,
+            "correct": stats.true_positives, "incorrect": incorrect,
+            "skips": stats.skip_reasons}  # fmt: skip
+
+
+def worker(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.sweep")
+    parser.add_argument("--list", action="store_true", help="print the registered op names")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--max-samples", type=int, default=6)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("ops", nargs="*")
+    args = parser.parse_args(argv)
+
+    import torch.distributed as dist
+    import torch.distributed.tensor._ops.strategy_validation as sv
+    import torch.testing._internal.common_methods_invocations as common_ops
+    from torch.testing._internal.opinfo import core as opinfo_core
+
+    # The sizes the validator's own command line sets, so samples shard evenly on 2 ranks.
+    for module in (opinfo_core, common_ops):
+        module.L, module.M, module.S, module.XS = 24, 12, 4, 2
+    dist.init_process_group("fake", rank=0, world_size=args.world_size)
+    try:
+        if args.list:
+            print(json.dumps(sv.get_registered_op_names()))
+            return 0
+        for op in args.ops:
+            result = validate(op, args.dtype, args.max_samples, args.world_size)
+            print(MARK + json.dumps(result), flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker(sys.argv[1:]))
