@@ -78,6 +78,18 @@ def cases(mesh):
         out, x = dtensor(Replicate()), dtensor(Partial())
         return lambda: out.addcmul_(x, x, value=0.0)
 
+    def addcmul_distinct():
+        out, x, y = dtensor(Replicate()), dtensor(Partial()), dtensor(Partial())
+        return lambda: out.addcmul_(x, y, value=0.0)
+
+    def foreach_add_distinct(n):
+        def setup():
+            outs = [dtensor(Replicate()) for _ in range(n)]
+            xs = [dtensor(Partial()) for _ in range(n)]
+            return lambda: torch._foreach_add_(outs, xs, alpha=0.0)
+
+        return setup
+
     def adam(param_placement, grad_placement):
         def setup():
             weight = torch.nn.Parameter(dtensor(param_placement))
@@ -135,6 +147,9 @@ def cases(mesh):
         ("x * x, x = P(sum)", op(P, lambda x: x * x)),
         ("torch.add(x, x), x = P(sum)", op(P, lambda x: torch.add(x, x))),
         ("R.addcmul_(x, x), x = P(sum)", addcmul_twice),
+        ("R.addcmul_(x, y), x, y = P(sum)", addcmul_distinct),
+        ("_foreach_add_(64 R, 64 distinct P(sum))", foreach_add_distinct(64)),
+        ("_foreach_add_(256 R, 256 distinct P(sum))", foreach_add_distinct(256)),
         ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
         ("new_empty P(sum)", op(P, lambda x: x.new_empty((8, 8)))),
         ("new_empty_strided P(sum)", op(P, lambda x: x.new_empty_strided((8, 8), (8, 1)))),
