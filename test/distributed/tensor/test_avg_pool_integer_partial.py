@@ -1,0 +1,78 @@
+# Owner(s): ["oncall: distributed"]
+"""avg_pool of an integer tensor truncates its division: a Partial(sum) input is not a
+Partial(sum) of its pooled value, so the pool must see the reduced input."""
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    create_local_tensor_test_class,
+    DTensorTestBase,
+    map_local_for_rank,
+    with_comms,
+)
+
+
+def rank_values(rank):
+    # Window sums 11 and 5: the per-rank averages truncate to 2 + 1 = 3, while the
+    # average of the summed window is 16 / 4 = 4.
+    values = [[1, 2], [3, 5]] if rank == 0 else [[1, 1], [1, 2]]
+    return torch.tensor([[values]])
+
+
+class DistAvgPoolIntegerPartialTest(DTensorTestBase):
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    def _partial(self, dtype):
+        mesh = self.build_device_mesh()
+        local = map_local_for_rank(self.rank, lambda r: rank_values(r).to(dtype))
+        return DTensor.from_local(local, mesh, [Partial("sum")], run_check=False)
+
+    @with_comms
+    def test_integer_avg_pool_of_partial(self):
+        pools = {
+            1: lambda t: F.avg_pool1d(t.flatten(1, 2), 2),
+            2: lambda t: F.avg_pool2d(t, 2),
+            3: lambda t: F.avg_pool3d(t.unsqueeze(0), (1, 2, 2)),
+        }
+        for (dims, pool), reduce_op in itertools.product(pools.items(), ("sum", "avg")):
+            with self.subTest(dims=dims, reduce_op=reduce_op):
+                mesh = self.build_device_mesh()
+                scale = self.world_size if reduce_op == "avg" else 1
+                local = map_local_for_rank(self.rank, lambda r: rank_values(r) * scale)
+                x = DTensor.from_local(
+                    local, mesh, [Partial(reduce_op)], run_check=False
+                )
+                full = sum(rank_values(r) for r in range(self.world_size))
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    out = pool(x)
+                self.assertEqual(out.full_tensor(), pool(full))
+                self.assertEqual(comm_mode.get_total_counts(), 1)
+                self.assertEqual(out.placements, (Replicate(),))
+
+    @with_comms
+    def test_float_avg_pool_keeps_partial(self):
+        x = self._partial(torch.float32)
+        full = sum(rank_values(r) for r in range(self.world_size)).float()
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            out = F.avg_pool2d(x, 2)
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(out.placements, (Partial("sum"),))
+        self.assertEqual(out.full_tensor(), F.avg_pool2d(full, 2))
+
+
+DistAvgPoolIntegerPartialTestWithLocalTensor = create_local_tensor_test_class(
+    DistAvgPoolIntegerPartialTest
+)
+
+
+if __name__ == "__main__":
+    run_tests()
