@@ -76,6 +76,23 @@ def inf_norm_of_partial_max() -> Outcome:
 
 
 @reproducer(
+    bug="avg_pool2d of an int64 P(sum) keeps P(sum): window sums 11, 5 read 2 + 1, truth 4",
+    upstream="-",
+    patch="[DTensor] avg_pool of an integer Partial DTensor reduces the input first",
+)
+def integer_avg_pool_of_partial_sum() -> Outcome:
+    import torch
+    import torch.nn.functional as F
+
+    per_rank = {0: torch.tensor([[[[1, 2], [3, 5]]]]), 1: torch.tensor([[[[1, 1], [1, 2]]]])}
+    dt, mode = two_rank_partial("sum", lambda r: per_rank[r])
+    with mode:
+        value = F.avg_pool2d(dt, 2).full_tensor().reconcile().item()
+    truth = F.avg_pool2d(per_rank[0] + per_rank[1], 2).item()
+    return Outcome(value == truth, f"value {value}, truth {truth}")
+
+
+@reproducer(
     bug="validator: view [4,4,4] -> [16,4] S(0) -> S(0) called incorrect (global sizes)",
     upstream="-",
     patch=SHAPE_PATCH,
