@@ -201,7 +201,7 @@ class PartialInputTest(StrategyValidatorTestBase):
         return (values * 4).abs().to(dtype)
 
     def test_partial_inputs_reduce_to_the_tensor(self):
-        for world_size in (2, 3):
+        for world_size in (2, 3, 4):
             dist.destroy_process_group()
             dist.init_process_group(
                 "fake", store=FakeStore(), rank=0, world_size=world_size
@@ -223,6 +223,24 @@ class PartialInputTest(StrategyValidatorTestBase):
                             )
                             full = dt.redistribute(mesh, [Replicate()]).to_local()
                             self.assertEqual(full._local_tensors[0], tensor)
+
+    def test_bxor_rule_of_nonlinear_op_is_incorrect(self):
+        # Equal per-rank patterns would cancel in pairs at odd world sizes and let
+        # any elementwise op pass P(bxor) -> P(bxor).
+        x = torch.arange(-6, 6).reshape(3, 4)
+        rule = ((Partial("bxor"),), (Partial("bxor"),))
+        for world_size in (2, 3, 4, 5):
+            dist.destroy_process_group()
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+            truth = sv._to_ground_truth(aten.neg.default(x))
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                valid, _ = sv.validate_aten_combination(
+                    aten.neg.default, (x,), {}, truth, rule, world_size, mesh
+                )
+            self.assertFalse(valid, f"world size {world_size}")
 
     def test_impossible_partial_input_is_untestable(self):
         x = torch.randn(4, 4)
