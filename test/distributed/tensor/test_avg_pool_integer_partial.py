@@ -2,8 +2,6 @@
 """avg_pool of an integer tensor truncates its division: a Partial(sum) input is not a
 Partial(sum) of its pooled value, so the pool must see the reduced input."""
 
-import itertools
-
 import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate
@@ -41,14 +39,14 @@ class DistAvgPoolIntegerPartialTest(DTensorTestBase):
             2: lambda t: F.avg_pool2d(t, 2),
             3: lambda t: F.avg_pool3d(t.unsqueeze(0), (1, 2, 2)),
         }
-        for (dims, pool), reduce_op in itertools.product(pools.items(), ("sum", "avg")):
-            with self.subTest(dims=dims, reduce_op=reduce_op):
+        # Partial(sum): gloo cannot reduce an int64 Partial(avg) at all (on stock too:
+        # "result type Float can't be cast to the desired output type Long"). The rule
+        # change covers P(avg) alike.
+        for dims, pool in pools.items():
+            with self.subTest(dims=dims):
                 mesh = self.build_device_mesh()
-                scale = self.world_size if reduce_op == "avg" else 1
-                local = map_local_for_rank(self.rank, lambda r: rank_values(r) * scale)
-                x = DTensor.from_local(
-                    local, mesh, [Partial(reduce_op)], run_check=False
-                )
+                local = map_local_for_rank(self.rank, rank_values)
+                x = DTensor.from_local(local, mesh, [Partial("sum")], run_check=False)
                 full = sum(rank_values(r) for r in range(self.world_size))
                 comm_mode = CommDebugMode()
                 with comm_mode:

@@ -1,0 +1,131 @@
+# Owner(s): ["oncall: distributed"]
+"""The validator builds exact Partial inputs for every reduce op and integer dtype.
+
+A rule the validator reports incorrect must be wrong, and a wrong rule must be reported."""
+
+import torch
+import torch.distributed as dist
+import torch.distributed.tensor._ops.strategy_validation as sv
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+aten = torch.ops.aten
+WORLD_SIZE = 2
+
+
+class StrategyValidatorTestBase(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE
+        )
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def check(self, op, args, combination, kwargs=None):
+        """Whether the validator finds ``combination`` correct for ``op(*args)``."""
+        ground_truth = sv._to_ground_truth(op(*args, **(kwargs or {})))
+        with LocalTensorMode(frozenset(range(WORLD_SIZE))):
+            mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+            valid, message = sv.validate_aten_combination(
+                op, args, kwargs or {}, ground_truth, combination, WORLD_SIZE, mesh
+            )
+        return valid, message
+
+
+class PartialInputTest(StrategyValidatorTestBase):
+    """Every Partial input the validator builds reduces to the tensor it stands for, in
+    the tensor's own dtype; a reduction that cannot exist for a dtype is untestable."""
+
+    CASES = {
+        torch.float32: ("sum", "avg", "min", "max", "product"),
+        torch.int64: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
+        torch.uint8: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
+        torch.bool: ("sum", "min", "max", "product", "band", "bor", "bxor"),
+    }
+
+    def _tensor(self, dtype):
+        values = torch.tensor([[3.5, -2.0, 0.0], [7.25, -1.5, 4.0]])
+        if dtype == torch.bool:
+            return values > 0
+        if dtype.is_floating_point:
+            return values.to(dtype)
+        return (values * 4).abs().to(dtype)
+
+    def test_partial_inputs_reduce_to_the_tensor(self):
+        for world_size in (2, 3, 4):
+            dist.destroy_process_group()
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                for dtype, reduce_ops in self.CASES.items():
+                    tensor = self._tensor(dtype)
+                    for reduce_op in reduce_ops:
+                        with self.subTest(
+                            world_size=world_size, dtype=dtype, op=reduce_op
+                        ):
+                            local = sv._create_partial_input(
+                                tensor, Partial(reduce_op), world_size
+                            )
+                            self.assertEqual(local.dtype, dtype)
+                            dt = DTensor.from_local(
+                                local, mesh, [Partial(reduce_op)], run_check=False
+                            )
+                            full = dt.redistribute(mesh, [Replicate()]).to_local()
+                            self.assertEqual(full._local_tensors[0], tensor)
+
+    def test_bxor_rule_of_nonlinear_op_is_incorrect(self):
+        # Equal per-rank patterns would cancel in pairs at odd world sizes and let
+        # any elementwise op pass P(bxor) -> P(bxor).
+        x = torch.arange(-6, 6).reshape(3, 4)
+        rule = ((Partial("bxor"),), (Partial("bxor"),))
+        for world_size in (2, 3, 4, 5):
+            dist.destroy_process_group()
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+            truth = sv._to_ground_truth(aten.neg.default(x))
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                valid, _ = sv.validate_aten_combination(
+                    aten.neg.default, (x,), {}, truth, rule, world_size, mesh
+                )
+            self.assertFalse(valid, f"world size {world_size}")
+
+    def test_impossible_partial_input_is_untestable(self):
+        x = torch.randn(4, 4)
+        valid, reason = self.check(
+            aten.clone.default, (x,), ((Partial("band"),), (Partial("band"),))
+        )
+        self.assertIsNone(valid, reason)
+        flags = torch.randn(4, 4) > 0
+        valid, reason = self.check(
+            aten.clone.default, (flags,), ((Partial("avg"),), (Partial("avg"),))
+        )
+        self.assertIsNone(valid, reason)
+
+    def test_impossible_partial_output_is_incorrect(self):
+        # A rule claiming an output placement that cannot exist is wrong, not
+        # untestable.
+        x = torch.randn(4, 4)
+        valid, _ = self.check(aten.neg.default, (x,), ((Shard(0),), (Partial("bxor"),)))
+        self.assertFalse(valid)
+
+    def test_product_of_partial_product_is_checked(self):
+        x = torch.randn(4, 4)
+        right = ((Partial("product"),), (Partial("product"),))
+        self.assertTrue(self.check(aten.clone.default, (x,), right)[0])
+        wrong = ((Partial("product"),), (Partial("sum"),))
+        self.assertFalse(self.check(aten.clone.default, (x,), wrong)[0])
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,101 @@
+# Owner(s): ["oncall: distributed"]
+"""The validator checks rules with _NormPartial and _StridedShard placements.
+
+A rule the validator reports incorrect must be wrong, and a wrong rule must be reported."""
+
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+import torch.testing._internal.common_methods_invocations as common_ops
+import torch.distributed.tensor._ops.strategy_validation as sv
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard
+from torch.distributed.tensor._ops._math_ops import _NormPartial
+from torch.distributed.tensor.placement_types import _StridedShard
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.testing._internal.opinfo import core as opinfo_core
+
+
+aten = torch.ops.aten
+WORLD_SIZE = 2
+
+
+class StrategyValidatorTestBase(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE
+        )
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def check(self, op, args, combination, kwargs=None):
+        """Whether the validator finds ``combination`` correct for ``op(*args)``."""
+        ground_truth = sv._to_ground_truth(op(*args, **(kwargs or {})))
+        with LocalTensorMode(frozenset(range(WORLD_SIZE))):
+            mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+            valid, message = sv.validate_aten_combination(
+                op, args, kwargs or {}, ground_truth, combination, WORLD_SIZE, mesh
+            )
+        return valid, message
+
+
+class PrivatePlacementsTest(StrategyValidatorTestBase):
+    """_NormPartial and _StridedShard outputs are checked, not reported unparsed."""
+
+    def test_parse(self):
+        self.assertEqual(sv.parse_placement("_NormP(2)"), _NormPartial(2))
+        self.assertEqual(sv.parse_placement("_NormP(0.5)"), _NormPartial(0.5))
+        self.assertEqual(sv.parse_placement("_NormP(inf)"), _NormPartial(float("inf")))
+        self.assertEqual(
+            sv.parse_placement("_S(0, 4)"), _StridedShard(0, split_factor=4)
+        )
+
+    def test_norm_partial_rules_are_checked(self):
+        # The sizes the validator's command line sets, so samples shard evenly.
+        sizes = {"L": 24, "M": 12, "S": 4, "XS": 2}
+        for incorrect_only in (True, False):
+            with (
+                mock.patch.multiple(common_ops, **sizes),
+                mock.patch.multiple(opinfo_core, **sizes),
+            ):
+                stats = sv.compare_operator(
+                    "norm", "cpu", torch.float32, WORLD_SIZE, 6, incorrect_only
+                )
+            unparsed = [
+                d for d in stats.false_positives if "_NormP" in d.output_placements[0]
+            ]
+            self.assertEqual(unparsed, [])
+            by_op = stats.true_positives_by_op
+            self.assertGreater(by_op["aten.linalg_vector_norm.default"], 0)
+
+    def test_norm_partial_input_is_untestable(self):
+        x = torch.randn(4, 4)
+        rule = ((_NormPartial(2),), (_NormPartial(2),))
+        valid, reason = self.check(aten.linalg_vector_norm.default, (x, 2), rule)
+        self.assertIsNone(valid, reason)
+
+    def test_wrong_norm_partial_is_incorrect(self):
+        x = torch.randn(4, 4)
+        op = aten.linalg_vector_norm.default
+        right = ((Shard(0),), (_NormPartial(2),))
+        self.assertTrue(self.check(op, (x, 2), right)[0])
+        wrong = ((Shard(0),), (_NormPartial(1),))
+        self.assertFalse(self.check(op, (x, 2), wrong)[0])
+
+    def test_strided_shard(self):
+        x = torch.randn(4, 4, 4)
+        right = ((Shard(1),), (_StridedShard(0, split_factor=4),))
+        valid, message = self.check(aten.view.default, (x, [16, 4]), right)
+        self.assertTrue(valid, message)
+        wrong = ((Shard(1),), (_StridedShard(0, split_factor=2),))
+        self.assertFalse(self.check(aten.view.default, (x, [16, 4]), wrong)[0])
+
+
+if __name__ == "__main__":
+    run_tests()
