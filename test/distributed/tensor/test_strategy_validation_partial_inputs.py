@@ -87,18 +87,24 @@ class PartialInputTest(StrategyValidatorTestBase):
         # any elementwise op pass P(bxor) -> P(bxor).
         x = torch.arange(-6, 6).reshape(3, 4)
         rule = ((Partial("bxor"),), (Partial("bxor"),))
+        ops = {
+            "neg": (aten.neg.default, (x,)),
+            "add 1": (aten.add.Tensor, (x, 1)),
+            "mul 3": (aten.mul.Tensor, (x, 3)),
+        }
         for world_size in (2, 3, 4, 5):
             dist.destroy_process_group()
             dist.init_process_group(
                 "fake", store=FakeStore(), rank=0, world_size=world_size
             )
-            truth = sv._to_ground_truth(aten.neg.default(x))
-            with LocalTensorMode(frozenset(range(world_size))):
-                mesh = init_device_mesh("cpu", (world_size,))
-                valid, _ = sv.validate_aten_combination(
-                    aten.neg.default, (x,), {}, truth, rule, world_size, mesh
-                )
-            self.assertFalse(valid, f"world size {world_size}")
+            for name, (op, args) in ops.items():
+                truth = sv._to_ground_truth(op(*args))
+                with LocalTensorMode(frozenset(range(world_size))):
+                    mesh = init_device_mesh("cpu", (world_size,))
+                    valid, _ = sv.validate_aten_combination(
+                        op, args, {}, truth, rule, world_size, mesh
+                    )
+                self.assertFalse(valid, f"{name}, world size {world_size}")
 
     def test_impossible_partial_input_is_untestable(self):
         x = torch.randn(4, 4)
