@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tools.active import environment, materialize, tree_digest
+from tools.base import installed_torch
 
 DTYPES = ("float32", "float64", "bfloat16", "int64", "bool")
 MARK = "@@sweep "  # worker lines that carry a result; the validator prints other lines too
@@ -274,10 +275,8 @@ def sweep(
         results = sweep_variants(repo, envs, ops, dtypes, max_samples, world_size,
                                  batch_size, op_timeout, jobs)  # fmt: skip
         digest = tree_digest(tree)
-    import torch  # the wheel's version, for the report (the overlay changes no version)
-
     report = {
-        "torch": torch.__version__,
+        "torch": installed_torch().version,
         "overlay_files": digest,
         "settings": {
             "dtypes": list(dtypes),
