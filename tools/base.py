@@ -143,9 +143,40 @@ WHEEL_STOPGAP_TRAILER = "Wheel-Stopgap"
 
 def wheel_stopgap(text: bytes) -> str:
     """The subject a wheel stopgap patch names in its trailer, or "" for any other patch."""
-    message = text.decode(errors="replace").split("\n---\n", 1)[0]
-    found = re.search(rf"^{WHEEL_STOPGAP_TRAILER}:\s*(.+)$", message, re.M)
+    return patch_field(text, WHEEL_STOPGAP_TRAILER)
+
+
+# A patch message is the upstream PR text, then (optionally) a section for this project only:
+# from a line reading exactly NOTES_HEADING to the end. It holds the project's evidence
+# (stock-vs-overlay figures, which copy of an upstream test file was run) and the trailers
+# below; `stack` drops it, so upstream sees only the PR text.
+NOTES_HEADING = "Overlay notes:"
+# The topic a patch belongs to (patches/topics.json declares the topics); every patch has one.
+TOPIC_TRAILER = "Topic"
+# A patch this project carries but does not submit upstream, with the reason.
+CARRIED_TRAILER = "Carried-Only"
+PROJECT_TRAILERS = ("Wheel-Stopgap", "Requires-Source-Build", TOPIC_TRAILER, CARRIED_TRAILER)
+
+
+def pr_text(message: str) -> str:
+    """The part of a commit message that upstream receives: everything before the
+    NOTES_HEADING line, without any project trailer line."""
+    text = re.split(rf"^{re.escape(NOTES_HEADING)}[ \t]*$", message, maxsplit=1, flags=re.M)[0]
+    trailers = "|".join(map(re.escape, PROJECT_TRAILERS))
+    text = re.sub(rf"^(?:{trailers}):.*\n?", "", text, flags=re.M)
+    return text.rstrip() + "\n"
+
+
+def message_field(message: str, key: str) -> str:
+    """The value of a ``Key: value`` line anywhere in a message ("" when absent). Read as a
+    plain line: git's trailer parsing only looks at the last paragraph."""
+    found = re.search(rf"^{re.escape(key)}:[ \t]*(.+)$", message, re.M)
     return found.group(1).strip() if found else ""
+
+
+def patch_field(text: bytes, key: str) -> str:
+    """``message_field`` of a ``git format-patch`` file's message."""
+    return message_field(text.decode(errors="replace").split("\n---\n", 1)[0], key)
 
 
 def series_subjects(repo: Path) -> dict[str, str]:

@@ -14,9 +14,10 @@ import re
 import tempfile
 from pathlib import Path
 
-from tools import overlay_repo
+from tools import overlay_repo, topics
 from tools.active import materialize
 from tools.base import (
+    NOTES_HEADING,
     OVERLAY_DIR,
     PIN_FILE,
     SERIES_FILE,
@@ -28,6 +29,7 @@ from tools.base import (
     check_installed,
     installed_torch,
     patch_message,
+    pr_text,
     read_pin,
     read_series,
     read_upstream_map,
@@ -50,12 +52,44 @@ RELATIVE_REFERENCE = re.compile(
 TEST_COMMAND = re.compile(r"(?:python|pytest)\S*\s+(?:-m pytest\s+)?(test/\S+\.py)")
 
 
+# What the PR text (tools/base.py: pr_text) may not contain: this project's tools, files
+# and framing, and copies of upstream files from forks. They belong under "Overlay notes:".
+SCAFFOLDING = {
+    r"torch[-_]overlay": "this project's tool",
+    r"\.upstream-tests|tools/reproducers": "this project's files",
+    r"\bthe series\b": "this project's framing (upstream sees one PR)",
+    r"\bstock\b": "this project's framing (say 'main' or 'without this PR')",
+    r"\btorch 2\.\d+(?:\.\d+)?\b|\bon 2\.\d+\.\d+\b": "a release (upstream reads 'on main')",
+    r"\b(?!pytorch/)[\w.-]+/[\w.-]+@[0-9a-f]{7,40}\b|\(stored copy|\bstored copies\b": (
+        "a copy of an upstream file (fork or stored copy)"
+    ),
+}
+
+
+def scaffolding_problems(repo: Path, name: str, text: str) -> list[str]:
+    """Project scaffolding in the PR text that upstream would receive."""
+    rules = dict(SCAFFOLDING)
+    own = sorted(p.name for p in (repo / "benchmarks").glob("*.py"))
+    if own:
+        rules[r"benchmarks/(?:" + "|".join(map(re.escape, own)) + ")"] = "this project's benchmark"
+    problems = []
+    for pattern, what in rules.items():
+        for found in dict.fromkeys(m.group() for m in re.finditer(pattern, text, re.I)):
+            problems.append(
+                f"{name}: the PR text names {found!r} ({what}); move it under "
+                f"'{NOTES_HEADING}' or reword"
+            )
+    return problems
+
+
 def message_problems(
     repo: Path, name: str, text: bytes, known_issues: list[int] | tuple[int, ...] = ()
 ) -> list[str]:
-    """Problems with one patch message; ``known_issues`` are the upstream issues it fixes."""
+    """Problems with one patch message as upstream receives it (``pr_text``);
+    ``known_issues`` are the upstream issues it fixes."""
     subject, body = patch_message(text)
-    problems = []
+    body = pr_text(body)
+    problems = scaffolding_problems(repo, name, f"{subject}\n{body}")
     if not SUBJECT.match(subject):
         problems.append(
             f"{name}: subject {subject!r} should read '[Area] title', e.g. '[DTensor] …'"
@@ -123,8 +157,11 @@ def check(repo: Path) -> list[str]:
     upstream = read_upstream_map(repo)
     series = read_series(repo)
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
+    problems += topics.problems(repo)
     for name in series:
         text = (repo / "patches" / name).read_bytes()
+        if topics.carried_reason(text):  # never submitted: its message is ours alone
+            continue
         problems += message_problems(repo, name, text, upstream.issues.get(name, ()))
     subjects = set(series_subjects(repo).values())
     problems += [f"{name}: its {WHEEL_STOPGAP_TRAILER} names {by!r}, which is not a patch "
