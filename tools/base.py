@@ -45,6 +45,14 @@ GIT_ENV = {
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
+# An author that is nobody: upstream's CLA check fails on it and the PR shows a fake author.
+# The overlay's own identity above means "no author yet": build and stack give such a
+# patch the checkout's git identity, dated when they commit it.
+PLACEHOLDER_IDENTITY = re.compile(
+    r"localhost|\.example\b|@example\.(?:com|org|net)\b|\bmaintainers\b|torch[-_]overlay",
+    re.I,
+)
+UNASSIGNED_AUTHOR = f"{GIT_ENV['GIT_AUTHOR_NAME']} <{GIT_ENV['GIT_AUTHOR_EMAIL']}>"
 # User-level git settings that would change generated patch text.
 GIT_CONFIG = [
     "-c", "diff.noprefix=false",

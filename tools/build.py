@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from tools import source_branch
@@ -55,6 +54,30 @@ def build_environment(arch: str | None, jobs: int | None) -> dict[str, str]:
     return env
 
 
+def check_python(repo: Path, python: str | None, dry_run: bool) -> str:
+    """The Python to build into: a separate environment. Installing the built torch into this
+    project's own venv would replace the pinned wheel, and every other verb would refuse."""
+    if python is None:
+        if dry_run:
+            return "PYTHON"
+        raise OverlayError(
+            "pass --python: the Python of a separate build environment (e.g. "
+            "python3 -m venv ~/pytorch-build && ~/pytorch-build/bin/pip install -r "
+            "<checkout>/requirements-build.txt, then --python ~/pytorch-build/bin/python)"
+        )
+    resolved = shutil.which(python) or python
+    venv = (repo / ".venv").resolve()
+    prefix = subprocess.run(
+        [resolved, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True
+    ).stdout.strip()
+    if prefix and Path(prefix).resolve() == venv:
+        raise OverlayError(
+            f"{python} is this project's venv ({venv}); building into it would replace the "
+            "pinned torch wheel. Pass --python of a separate build environment"
+        )
+    return python
+
+
 def build(
     repo: Path,
     src: Path,
@@ -63,11 +86,12 @@ def build(
     onto_head: bool = False,
     arch: str | None = None,
     jobs: int | None = None,
-    python: str = sys.executable,
+    python: str | None = None,
     dry_run: bool = False,
 ) -> int:
     branch_plan = source_branch.plan(repo, src, branch, onto_head)
     env = build_environment(arch, jobs)
+    python = check_python(repo, python, dry_run)
     command = [python, "-m", "pip", "install", "--no-build-isolation", "-v", "-e", "."]
     lines = branch_plan.describe() + ["environment:"]
     lines += [f"  {key}={value}" for key, value in env.items()]
@@ -84,6 +108,8 @@ def build(
         raise OverlayError(
             "no CUDA architecture: no NVIDIA GPU was found; pass --arch, e.g. --arch 9.0"
         )
+    source_branch.require_identity(branch_plan.checkout)
+    source_branch.refuse_untracked(repo, branch_plan.checkout, [branch_plan], [])
     head = source_branch.create(repo, branch_plan)
     print(
         f"created {branch_plan.branch} at {head[:12]}; building (output streams below)", flush=True

@@ -10,6 +10,9 @@ upstream issue that ``patches/upstream.json`` declares for a patch needs its ``F
 
 from __future__ import annotations
 
+import email
+import email.policy
+import email.utils
 import re
 import tempfile
 from pathlib import Path
@@ -20,7 +23,9 @@ from tools.base import (
     NOTES_HEADING,
     OVERLAY_DIR,
     PIN_FILE,
+    PLACEHOLDER_IDENTITY,
     SERIES_FILE,
+    UNASSIGNED_AUTHOR,
     UPSTREAM_MAP_FILE,
     WHEEL_STOPGAP_TRAILER,
     InstalledTorch,
@@ -157,7 +162,11 @@ def check(repo: Path) -> list[str]:
     upstream = read_upstream_map(repo)
     series = read_series(repo)
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
-    problems += topics.problems(repo)
+    topic_problems = topics.problems(repo)
+    problems += topic_problems
+    if not topic_problems:
+        problems += overlay_repo.form_problems(repo, pin, torch, submitted_forms(repo))
+    problems += author_problems(repo, series)
     for name in series:
         text = (repo / "patches" / name).read_bytes()
         if topics.carried_reason(text):  # never submitted: its message is ours alone
@@ -176,3 +185,54 @@ def shipped(torch: InstalledTorch, path: str) -> bool:
         return wheel_file(torch, path).exists()
     except OverlayError:  # not a kind of file a wheel ships (e.g. a .cpp source)
         return False
+
+
+def submitted_forms(repo: Path) -> dict[str, list[str]]:
+    """Every form of the series that something applies to a base on its own: what ``build``
+    applies (no wheel stopgaps), each topic as ``stack`` submits it (no carried patch), and
+    each topic with its carried patches (what a wheel runs of it alone)."""
+    found = topics.read_topics(repo)
+    stopgaps = wheel_stopgaps(repo)
+    forms = {"the source-build form (build: no wheel stopgaps)":
+             [n for n in read_series(repo) if n not in stopgaps]}  # fmt: skip
+    for name in found.topics:
+        chain = found.chain(name)
+        forms[f"topic {name!r} as stack submits it"] = [
+            patch for topic in chain for patch in found.submitted(topic)
+        ]
+        forms[f"topic {name!r} alone on the base"] = [p for t in chain for p in t.patches]
+    return forms
+
+
+def patch_author(text: bytes) -> tuple[str, str]:
+    """The ``From:`` identity and the ``Date:`` of a ``git format-patch`` file."""
+    message = email.message_from_bytes(text, policy=email.policy.default)
+    return " ".join(str(message["From"]).split()), str(message["Date"])
+
+
+def author_problems(repo: Path, series: list[str]) -> list[str]:
+    """Patches whose author is a placeholder. The overlay's own identity (tools/base.py
+    GIT_ENV) means "no author yet" and is fine: build and stack author such a patch as the
+    checkout's git identity, dated when they commit it."""
+    unassigned = UNASSIGNED_AUTHOR
+    problems = []
+    for name in series:
+        author, date = patch_author((repo / "patches" / name).read_bytes())
+        if author == unassigned:
+            continue
+        if PLACEHOLDER_IDENTITY.search(author):
+            problems.append(
+                f"{name}: author {author!r} is a placeholder; give the commit its real author "
+                f"(git commit --amend --author=...) or the unassigned {unassigned!r}"
+            )
+        elif email.utils.parsedate_to_datetime(date).year < 2016:
+            problems.append(f"{name}: author date {date!r} is not a real date")
+    return problems
+
+
+def unassigned_patches(repo: Path) -> list[str]:
+    """Patches with no author yet (the overlay's identity): build and stack give them the
+    checkout's identity."""
+    unassigned = UNASSIGNED_AUTHOR
+    return [n for n in read_series(repo)
+            if patch_author((repo / "patches" / n).read_bytes())[0] == unassigned]  # fmt: skip

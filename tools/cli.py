@@ -56,22 +56,25 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--op-timeout", type=float, default=300, help="seconds per op")
     sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     sweep.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
-    for verb, text in (
-        ("build", "apply the series as a branch of a PyTorch checkout and build it with CUDA"),
-        ("stack", "prepare that branch for ghstack submit, with an offline rehearsal"),
-    ):
-        sub = verbs.add_parser(verb, help=text)
+    build = verbs.add_parser(
+        "build", help="apply the series as a branch of a PyTorch checkout and build it with CUDA"
+    )
+    stack = verbs.add_parser(
+        "stack", help="one branch per topic in a PyTorch checkout, ready for ghstack submit"
+    )
+    for sub in (build, stack):
         sub.add_argument("--pytorch-src", type=Path, required=True, metavar="DIR")
-        sub.add_argument("--branch", help="branch to create (default: torch-overlay/VERSION)")
         sub.add_argument("--onto-head", action="store_true",
                          help="start from the checkout's HEAD with a 3-way apply, not the pinned base")  # fmt: skip
-        if verb == "build":
-            sub.add_argument(
-                "--dry-run", action="store_true", help="print the plan, change nothing"
-            )
-            sub.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the local GPUs')")
-            sub.add_argument("--jobs", type=int, help="MAX_JOBS (default: from cores and memory)")
-            sub.add_argument("--python", default=sys.executable, help="Python to build into")
+        sub.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    build.add_argument("--branch", help="branch to create (default: torch-overlay/VERSION)")
+    build.add_argument("--arch", help="TORCH_CUDA_ARCH_LIST (default: the local GPUs')")
+    build.add_argument("--jobs", type=int, help="MAX_JOBS (default: from cores and memory)")
+    build.add_argument("--python", help="the Python of a separate build environment to build "
+                       "into (required; never this project's .venv)")  # fmt: skip
+    stack.add_argument("--prefix", help="branch names are PREFIX/TOPIC (default: torch-overlay)")
+    stack.add_argument("--topic", action="append", dest="topics", metavar="NAME",
+                       help="only this topic (and those it depends on); repeatable")  # fmt: skip
     args = parser.parse_args(argv)
 
     try:
@@ -133,7 +136,13 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
     elif args.verb == "stack":
         from tools.stack import stack
 
-        print(stack(repo, args.pytorch_src, branch=args.branch, onto_head=args.onto_head), end="")
+        print(
+            stack(
+                repo, args.pytorch_src, prefix=args.prefix, onto_head=args.onto_head,
+                only=args.topics, dry_run=args.dry_run,
+            ),
+            end="",
+        )  # fmt: skip
     elif args.verb == "verify":
         from tools.verify import verify
 

@@ -45,8 +45,29 @@ class Commit:
     needs_build: str  # why it cannot be activated on a wheel; "" when it can
 
 
-def build(repo: Path, dest: Path, pin: Pin, torch: InstalledTorch) -> None:
-    """Create the overlay repository at ``dest`` (which must not exist)."""
+def build(
+    repo: Path, dest: Path, pin: Pin, torch: InstalledTorch, names: list[str] | None = None
+) -> None:
+    """Create the overlay repository at ``dest`` (which must not exist): the base commit,
+    then one commit per patch of ``names`` (default: the series)."""
+    build_base(dest, pin, torch)
+    for name in read_series(repo) if names is None else names:
+        patch = repo / "patches" / name
+        if not patch.exists():
+            raise OverlayError(f"patches/series names {name}, which does not exist")
+        if is_source_only(pin, patch.read_bytes()):
+            continue  # no base to apply it to here; see source_only_commits()
+        try:
+            apply_patch(dest, patch)
+        except OverlayError as error:
+            raise OverlayError(f"{name} does not apply to the pinned base:\n{error}") from None
+    (dest / "README.md").write_text(OVERLAY_README)
+    with open(dest / ".git" / "info" / "exclude", "a") as exclude:
+        exclude.write("/README.md\n__pycache__/\n")
+
+
+def build_base(dest: Path, pin: Pin, torch: InstalledTorch) -> None:
+    """A repository at ``dest`` whose one commit holds the base files from the wheel."""
     dest.mkdir(parents=True)
     git("init", "-q", "-b", "main", cwd=dest)
     for path in sorted(pin.files):
@@ -58,23 +79,44 @@ def build(repo: Path, dest: Path, pin: Pin, torch: InstalledTorch) -> None:
         "commit", "-q", "--allow-empty", "-m",
         f"base: torch {pin.version} ({pin.git_version})", cwd=dest,
     )  # fmt: skip
-    for name in read_series(repo):
-        patch = repo / "patches" / name
-        if not patch.exists():
-            raise OverlayError(f"patches/series names {name}, which does not exist")
-        if is_source_only(pin, patch.read_bytes()):
-            continue  # no base to apply it to here; see source_only_commits()
-        try:
-            # --keep-non-patch keeps "[DTensor]" in subjects; git apply never fuzzes context.
-            git(
-                "am", "-q", "--keep-non-patch", "--committer-date-is-author-date",
-                str(patch.resolve()), cwd=dest,
-            )  # fmt: skip
-        except OverlayError as error:
-            raise OverlayError(f"{name} does not apply to the pinned base:\n{error}") from None
-    (dest / "README.md").write_text(OVERLAY_README)
-    with open(dest / ".git" / "info" / "exclude", "a") as exclude:
-        exclude.write("/README.md\n__pycache__/\n")
+
+
+def apply_patch(dest: Path, patch: Path) -> None:
+    # --keep-non-patch keeps "[DTensor]" in subjects; git apply never fuzzes context.
+    git(
+        "am", "-q", "--keep-non-patch", "--committer-date-is-author-date",
+        str(patch.resolve()), cwd=dest,
+    )  # fmt: skip
+
+
+def form_problems(
+    repo: Path, pin: Pin, torch: InstalledTorch, forms: dict[str, list[str]]
+) -> list[str]:
+    """Apply each form of the series (a label -> patch names) to the pinned base and name
+    the first patch of each that does not apply, with its files. Source-only patches are
+    skipped: their base is a PyTorch checkout's file (build and stack apply them there)."""
+    problems = []
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch) / "forms"
+        build_base(work, pin, torch)
+        base = git("rev-parse", "HEAD", cwd=work).strip()
+        for label, names in forms.items():
+            git("checkout", "-q", "-f", "--detach", base, cwd=work)
+            for name in names:
+                patch = repo / "patches" / name
+                if is_source_only(pin, patch.read_bytes()):
+                    continue
+                try:
+                    apply_patch(work, patch)
+                except OverlayError as error:
+                    git("am", "--abort", cwd=work, check=False)
+                    files = sorted(set(re.findall(r"patch failed: ([^:]+):", str(error))))
+                    problems.append(
+                        f"{name} does not apply in {label}"
+                        + (f" (conflicts in: {', '.join(files)})" if files else "")
+                    )
+                    break
+    return problems
 
 
 def exists(overlay: Path) -> bool:

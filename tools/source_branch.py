@@ -1,9 +1,11 @@
-"""The fork-style contribution branch in a PyTorch source checkout: one commit per patch,
-at the pinned base commit (or on HEAD with a 3-way apply). Shared by `build` and `stack`.
-Wheel stopgaps (the ``Wheel-Stopgap`` trailer, tools/base.py) are left out: the patch they
-stand in for is on the branch.
+"""Branches of a PyTorch source checkout made from the series: one commit per patch, at the
+pinned base commit (or on HEAD with a 3-way apply). Shared by `build` (one branch: every
+patch but the wheel stopgaps) and `stack` (one branch per topic: the patches it submits).
 
-Every check runs before anything changes, including applying the whole series to a
+Every commit is authored and committed by the checkout's own git identity, dated when it is
+made, unless the patch names a real author (tools/base.py: PLACEHOLDER_IDENTITY).
+
+Every check runs before anything changes, including applying each branch's patches to a
 scratch index, so a refusal leaves the checkout exactly as it was.
 """
 
@@ -16,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.base import (
+    PLACEHOLDER_IDENTITY,
     OverlayError,
     git,
     is_source_only,
+    patch_paths,
     read_pin,
     series_subjects,
     wheel_stopgaps,
@@ -31,16 +35,18 @@ PYTORCH_MARKERS = ("torch/__init__.py", "c10", "aten/src/ATen", "CMakeLists.txt"
 class BranchPlan:
     checkout: Path
     branch: str
-    base: str  # commit the branch starts from
+    base: str  # commit the series' base is: the pinned base, or HEAD with --onto-head
     onto_head: bool
-    patches: list[tuple[str, str]]  # (file name, subject)
+    patches: list[tuple[str, str]]  # (file name, subject) committed on this branch
     stopgaps: list[tuple[str, str]]  # wheel stopgaps left out: (subject, replaced by)
+    parent: str = ""  # a branch this one starts from (a topic it depends on), or "": base
 
     def describe(self) -> list[str]:
         where = "HEAD (3-way apply)" if self.onto_head else "the pinned base"
+        start = f"on {self.parent}" if self.parent else f"at {self.base[:12]} ({where})"
         lines = [
             f"checkout:  {self.checkout} (clean)",
-            f"branch:    {self.branch} at {self.base[:12]} ({where})",
+            f"branch:    {self.branch} {start}",
             f"commits:   {len(self.patches)}, one per patch, all apply:",
         ]
         lines += [f"  {i}. {subject}" for i, (_, subject) in enumerate(self.patches, 1)]
@@ -51,6 +57,8 @@ class BranchPlan:
 
 
 def validate_checkout(src: Path) -> Path:
+    """A clean PyTorch git checkout. Untracked files are allowed (a build leaves some); one
+    in a path a branch writes is refused in ``create``."""
     src = src.resolve()
     if not src.is_dir():
         raise OverlayError(f"{src} is not a directory")
@@ -60,7 +68,7 @@ def validate_checkout(src: Path) -> Path:
     missing = [m for m in PYTORCH_MARKERS if not (src / m).exists()]
     if missing:
         raise OverlayError(f"{src} does not look like a PyTorch checkout (no {', '.join(missing)})")
-    dirty = git("status", "--porcelain", cwd=src).splitlines()
+    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=src).splitlines()
     if dirty:
         raise OverlayError(
             f"{src} has uncommitted changes; commit or stash them first:\n  "
@@ -69,22 +77,52 @@ def validate_checkout(src: Path) -> Path:
     return src
 
 
+def require_identity(src: Path) -> str:
+    """The checkout's git identity, which authors and commits every branch commit."""
+    name = git("config", "user.name", cwd=src, check=False, fixed_identity=False).strip()
+    email = git("config", "user.email", cwd=src, check=False, fixed_identity=False).strip()
+    if not name or not email:
+        raise OverlayError(
+            f"{src} has no git identity (user.name and user.email); the commits are authored "
+            "as you, so set it first: git -C <checkout> config user.name 'Your Name' && "
+            "git -C <checkout> config user.email you@example.org; nothing was changed"
+        )
+    return f"{name} <{email}>"
+
+
+def start_commit(repo: Path, src: Path, onto_head: bool) -> str:
+    pin = read_pin(repo)
+    if onto_head:
+        return git("rev-parse", "HEAD", cwd=src).strip()
+    if git("cat-file", "-t", pin.git_version, cwd=src, check=False).strip() == "commit":
+        return pin.git_version
+    raise OverlayError(
+        f"the pinned base commit {pin.git_version} (torch {pin.version}) is not in {src}; "
+        f"fetch it (git fetch origin {pin.git_version}) or pass --onto-head to apply the "
+        "series on HEAD with a 3-way merge; nothing was changed"
+    )
+
+
+def refuse_existing(src: Path, branches: list[str]) -> None:
+    existing = [
+        b
+        for b in branches
+        if git("rev-parse", "--verify", "-q", f"refs/heads/{b}", cwd=src, check=False).strip()
+    ]
+    if existing:
+        raise OverlayError(
+            f"branch(es) already exist in {src}: {', '.join(existing)}; delete them "
+            "(git branch -D …) or pass --branch; nothing was changed"
+        )
+
+
 def plan(repo: Path, src: Path, branch: str | None, onto_head: bool) -> BranchPlan:
+    """The build branch: every patch of the series but the wheel stopgaps."""
     src = validate_checkout(src)
     pin = read_pin(repo)
     branch = branch or f"torch-overlay/{pin.version}"
-    if git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", cwd=src, check=False).strip():
-        raise OverlayError(f"branch {branch} already exists in {src}; delete it or pass --branch")
-    if onto_head:
-        base = git("rev-parse", "HEAD", cwd=src).strip()
-    elif git("cat-file", "-t", pin.git_version, cwd=src, check=False).strip() == "commit":
-        base = pin.git_version
-    else:
-        raise OverlayError(
-            f"the pinned base commit {pin.git_version} (torch {pin.version}) is not in {src}; "
-            f"fetch it (git fetch origin {pin.git_version}) or pass --onto-head to apply the "
-            "series on HEAD with a 3-way merge; nothing was changed"
-        )
+    refuse_existing(src, [branch])
+    base = start_commit(repo, src, onto_head)
     subjects, stops = series_subjects(repo), wheel_stopgaps(repo)
     names = [name for name in subjects if name not in stops]
     patches = [(name, subjects[name]) for name in names]
@@ -107,7 +145,7 @@ def three_way_args(repo: Path, name: str, onto_head: bool) -> list[str]:
 
 
 def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way: bool) -> None:
-    """Apply the series to a scratch index of ``base``; the checkout is not touched."""
+    """Apply the patches to a scratch index of ``base``; the checkout is not touched."""
     with tempfile.TemporaryDirectory() as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         git("read-tree", base, cwd=src, env=env)
@@ -132,20 +170,39 @@ def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way:
                 ) from None
 
 
+def refuse_untracked(repo: Path, src: Path, plans: list[BranchPlan], extra: list[str]) -> None:
+    """An untracked file where a branch writes would be overwritten or committed."""
+    written = {p for bp in plans for name, _ in bp.patches
+               for p in patch_paths((repo / "patches" / name).read_bytes())}  # fmt: skip
+    untracked = git("ls-files", "--others", "--exclude-standard", cwd=src).splitlines()
+    clashes = sorted(set(untracked) & (written | set(extra)))
+    if clashes:
+        raise OverlayError(
+            f"untracked files in {src} are in the way of the branch: {', '.join(clashes)}; "
+            "move them away first; nothing was changed"
+        )
+
+
 def create(repo: Path, branch_plan: BranchPlan, amend: Callable[[str], None] | None = None) -> str:
     """Create and check out the branch, one commit per patch; returns its head commit.
 
-    ``amend(patch_name)`` runs after each patch is committed (stack adds tests there).
-    """
+    A patch without a real author (the overlay's unassigned identity, or any placeholder)
+    is authored by the checkout's identity, dated now. ``amend(patch_name)`` runs after
+    each patch is committed (stack adds tests there)."""
     src = branch_plan.checkout
     original = git("symbolic-ref", "-q", "--short", "HEAD", cwd=src, check=False).strip()
     original = original or git("rev-parse", "HEAD", cwd=src).strip()
-    git("checkout", "-q", "-b", branch_plan.branch, branch_plan.base, cwd=src)
+    start = branch_plan.parent or branch_plan.base
+    git("checkout", "-q", "-b", branch_plan.branch, start, cwd=src)
     try:
         for name, _ in branch_plan.patches:
             am = ["am", "-q", "--keep-non-patch",
                   *three_way_args(repo, name, branch_plan.onto_head)]  # fmt: skip
             git(*am, str(repo / "patches" / name), cwd=src, fixed_identity=False)
+            author = git("log", "-1", "--format=%an <%ae>", cwd=src).strip()
+            if PLACEHOLDER_IDENTITY.search(author):
+                git("commit", "-q", "--amend", "--no-edit", "--reset-author", cwd=src,
+                    fixed_identity=False)  # fmt: skip
             if amend:
                 amend(name)
     except BaseException:
@@ -155,3 +212,9 @@ def create(repo: Path, branch_plan: BranchPlan, amend: Callable[[str], None] | N
         git("branch", "-q", "-D", branch_plan.branch, cwd=src, check=False)
         raise
     return git("rev-parse", "HEAD", cwd=src).strip()
+
+
+def current(src: Path) -> str:
+    """The checked-out branch (or commit), to return to."""
+    name = git("symbolic-ref", "-q", "--short", "HEAD", cwd=src, check=False).strip()
+    return name or git("rev-parse", "HEAD", cwd=src).strip()

@@ -91,7 +91,10 @@ def declared(repo: Path) -> list[dict]:
 def problems(repo: Path) -> list[str]:
     """Everything wrong with the topics; empty when ``read_topics`` will succeed."""
     found = []
-    entries = declared(repo)
+    try:
+        entries = declared(repo)
+    except OverlayError as error:
+        return [str(error)]
     names = [e["name"] for e in entries]
     for entry in entries:
         name, depends = entry["name"], entry["depends"]

@@ -45,6 +45,8 @@ The marker shows which copy of the module was imported. Root cause: none, it is 
 Test Plan:
 python test/distributed/test_probe.py
 """
+# The project's part of every message (tools/base.py: NOTES_HEADING): the patch's topic.
+NOTES = "\n\nOverlay notes:\nTopic: probe\n"
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -68,6 +70,8 @@ class OverlayProject:
         (root / SERIES_FILE).write_text(SERIES_HEADER)
         upstream = {"tests": {TARGET: ["test/distributed/pipelining/test_backward.py"]}}
         (root / UPSTREAM_MAP_FILE).write_text(json.dumps(upstream))
+        topics = {"topics": [{"name": "probe", "title": "[pipelining] A probe"}]}
+        (root / "patches/topics.json").write_text(json.dumps(topics))
         (root / "test/distributed").mkdir(parents=True)
         (root / "test/distributed/test_probe.py").write_text("")
         self.overlay = root / "torch_overlay"
@@ -76,7 +80,7 @@ class OverlayProject:
         add(self.root, [path])
         file = self.overlay / path
         file.write_text(file.read_text().replace(old, new, 1))
-        git("commit", "-q", "-a", "-m", message, cwd=self.overlay)
+        git("commit", "-q", "-a", "-m", message.rstrip("\n") + NOTES, cwd=self.overlay)
 
     def state(self) -> tuple:
         head = git("rev-parse", "HEAD", cwd=self.overlay) if self.overlay.exists() else ""
