@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     verbs.add_parser("export", help="write the overlay's commits back to patches/")
     verbs.add_parser("check", help="series applies, nothing unexported, messages upstream-ready")
     run = verbs.add_parser("run", help="run a command with the overlay active")
+    run.add_argument("--topic", metavar="NAME",
+                     help="only this topic's patches (and those it depends on), from patches/")  # fmt: skip
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS…]")
     verbs.add_parser("activate", help="make the overlay the venv's default")
     verbs.add_parser("deactivate", help="undo activate")
@@ -112,7 +114,7 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         from tools.run import run
 
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        return run(repo, command)
+        return run(repo, command, topic=args.topic)
     elif args.verb == "activate":
         from tools.activate import activate
 

@@ -90,10 +90,19 @@ def require_identity(src: Path) -> str:
     return f"{name} <{email}>"
 
 
+# Recorded on each branch made here (``git config branch.<name>.torchOverlayBase``), so a
+# later --onto-head run from that branch (stack after build) starts where it started.
+BASE_CONFIG = "torchOverlayBase"
+
+
 def start_commit(repo: Path, src: Path, onto_head: bool) -> str:
     pin = read_pin(repo)
     if onto_head:
-        return git("rev-parse", "HEAD", cwd=src).strip()
+        branch = git("symbolic-ref", "-q", "--short", "HEAD", cwd=src, check=False).strip()
+        made_here = (
+            branch and git("config", f"branch.{branch}.{BASE_CONFIG}", cwd=src, check=False).strip()
+        )
+        return made_here or git("rev-parse", "HEAD", cwd=src).strip()
     if git("cat-file", "-t", pin.git_version, cwd=src, check=False).strip() == "commit":
         return pin.git_version
     raise OverlayError(
@@ -111,8 +120,9 @@ def refuse_existing(src: Path, branches: list[str]) -> None:
     ]
     if existing:
         raise OverlayError(
-            f"branch(es) already exist in {src}: {', '.join(existing)}; delete them "
-            "(git branch -D …) or pass --branch; nothing was changed"
+            f"branch {', '.join(existing)} already exists in {src}; delete it "
+            f"(git branch -D {' '.join(existing)}) or choose other names (build --branch, "
+            "stack --prefix); nothing was changed"
         )
 
 
@@ -195,6 +205,7 @@ def create(repo: Path, branch_plan: BranchPlan, amend: Callable[[str], None] | N
     start = branch_plan.parent or branch_plan.base
     git("checkout", "-q", "-b", branch_plan.branch, start, cwd=src)
     try:
+        git("config", f"branch.{branch_plan.branch}.{BASE_CONFIG}", branch_plan.base, cwd=src)
         for name, _ in branch_plan.patches:
             am = ["am", "-q", "--keep-non-patch",
                   *three_way_args(repo, name, branch_plan.onto_head)]  # fmt: skip

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tools import overlay_repo
+from tools import overlay_repo, topics
 from tools.activate import ACTIVE_DIR, pth_path
 from tools.active import ENV_VAR, materialize
 from tools.base import (
@@ -15,8 +15,6 @@ from tools.base import (
     installed_torch,
     read_pin,
     read_series,
-    series_subjects,
-    wheel_stopgaps,
 )
 
 
@@ -48,16 +46,15 @@ def status(repo: Path) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         plan = materialize(repo, Path(scratch) / "tree")
     lines.append("patches:")
-    subjects = series_subjects(repo)
-    stopgaps = {subjects[name]: by for name, by in wheel_stopgaps(repo).items()}
+    upstream = {row["patch"]: row for row in topics.patch_rows(repo, set())}
     for commit in plan.commits:
         state = "held back" if commit.needs_build else "active"
         lines.append(f"  {state:<9}  {commit.subject}")
         if commit.needs_build:
             lines.append(f"             needs a source build ({commit.needs_build})")
-        if commit.subject in stopgaps:
-            lines.append(f"             wheel stopgap for {stopgaps[commit.subject]!r}; "
-                         "build and stack leave it out")  # fmt: skip
+        if commit.subject in upstream:
+            row = upstream[commit.subject]
+            lines.append(f"             topic {row['topic']}; upstream: {row['upstream']}")
     if not plan.commits:
         lines.append("  (none: the series is empty)")
     lines.append("overlaid modules:" if plan.modules else "overlaid modules: none")

@@ -68,7 +68,7 @@ def carried_reason(text: bytes) -> str:
     """Why a patch is not submitted upstream ("" when it is)."""
     stands_for = wheel_stopgap(text)
     if stands_for:
-        return f"wheel stopgap for {stands_for!r}"
+        return f"wheel stopgap for {stands_for!r}; build and stack leave it out"
     return patch_field(text, CARRIED_TRAILER)
 
 
@@ -142,3 +142,23 @@ def read_topics(repo: Path) -> Topics:
         for e in declared(repo)
     }
     return Topics(topics, of_patch, carried)
+
+
+def patch_rows(repo: Path, held_back: set[str]) -> list[dict]:
+    """One row per patch: subject, topic, upstream status, and whether it is active on this
+    wheel (``held_back``: subjects that need a source build). Empty if the topics are
+    inconsistent (``check`` names why)."""
+    from tools.base import series_subjects
+
+    if problems(repo):
+        return []
+    found = read_topics(repo)
+    return [
+        {
+            "patch": subject,
+            "topic": found.of_patch[name],
+            "upstream": found.status(name),
+            "wheel": "held back" if subject in held_back else "active",
+        }
+        for name, subject in series_subjects(repo).items()
+    ]

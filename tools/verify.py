@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tools import lint_upstream
+from tools import lint_upstream, topics
 from tools.active import overlay_digest, run_stock_and_overlay
 from tools.reproducers import load_all
 
@@ -119,9 +119,19 @@ def verify(repo: Path, out_dir: Path) -> int:
         table.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     gate_rows = gates(repo, out_dir)
     table += ["", *gate_table(gate_rows)]
+    patch_rows = topics.patch_rows(repo, held_back)
+    table += [
+        "",
+        "## Patches",
+        "",
+        "| patch | topic | upstream | on this wheel |",
+        "|---|---|---|---|",
+    ]
+    table += [f"| {r['patch']} | {r['topic']} | {r['upstream']} | {r['wheel']} |"
+              for r in patch_rows]  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "verify.md").write_text("\n".join(table) + "\n")
-    report = {"reproducers": rows, "gates": gate_rows}
+    report = {"reproducers": rows, "gates": gate_rows, "patches": patch_rows}
     (out_dir / "verify.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(table))
     failed = [r["name"] for r in rows if r["verdict"] == "FAIL"]

@@ -7,11 +7,14 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import tempfile
+import time
 from contextlib import redirect_stdout
 from pathlib import Path
+from unittest import mock
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
@@ -22,12 +25,14 @@ from tools.base import (
     patch_paths,
     read_pin,
     read_series,
+    series_subjects,
     source_only_series,
     wheel_file,
     wheel_stopgap,
 )
 from tools.build import build
 from tools.stack import stack
+from tools.topics import read_topics
 
 REPO = Path(__file__).resolve().parents[2]
 STUB_BUILD = """\
@@ -77,9 +82,22 @@ def make_fake_checkout(root: Path) -> Path:
         (root / marker).parent.mkdir(parents=True, exist_ok=True)
         (root / marker).touch()
     git("init", "-q", "-b", "main", cwd=root)
+    name, email = IDENTITY[:-1].split(" <")
+    git("config", "user.name", name, cwd=root)
+    git("config", "user.email", email, cwd=root)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "upstream", cwd=root)
     return root
+
+
+IDENTITY = "Ada Lovelace <ada@pytorch.invalid>"
+
+
+def copy_project(dest: Path) -> Path:
+    """A copy of this project's series and tests, to change its topics."""
+    shutil.copytree(REPO / "patches", dest / "patches")
+    shutil.copytree(REPO / "test", dest / "test", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 def checkout_state(src: Path) -> tuple:
@@ -194,24 +212,126 @@ class SourceBuildTest(TestCase):
             onto_head=True,
         )
 
-    def test_stack_places_each_patch_tests_and_rehearses_the_pull_requests(self):
+    def topic_branches(self) -> dict[str, list[str]]:
+        """Every stack branch -> its commits' subjects, from the base up."""
+        branches = git("for-each-ref", "--format=%(refname:short)", "refs/heads/torch-overlay/",
+                       cwd=self.src).split()  # fmt: skip
+        return {b: self.branch_commits(b) for b in branches}
+
+    def test_stack_makes_one_branch_per_topic_authored_by_the_checkout(self):
+        found = read_topics(REPO)
+        before = checkout_state(self.src)
         out = stack(REPO, self.src, onto_head=True)
-        subjects = self.branch_commits()
-        self.assertEqual(len(subjects), len(self.series))
-        shas = git("rev-list", "--reverse", "main..HEAD", cwd=self.src).split()
-        for sha in shas:
-            files = git(
-                "diff-tree", "--no-commit-id", "--name-only", "-r", sha, cwd=self.src
-            ).split()
-            self.assertTrue(any(f.startswith("test/") for f in files), (sha, files))
-            message = git("log", "-1", "--format=%B", sha, cwd=self.src)
-            self.assertNotIn("Requires-Source-Build", message)
-            self.assertIn("Test Plan:", message)
-        first = git("diff-tree", "--no-commit-id", "--name-only", "-r", shas[0], cwd=self.src)
-        self.assertIn("test/autograd/test_clone_obey_contract.py", first)
-        self.assertIn("rehearsal (ghstack's fake GitHub, offline; nothing was pushed):", out)
-        for number, subject in enumerate(subjects, 500):
-            self.assertIn(f"#{number} {subject}  (gh/you/{number - 499}/head -> ", out)
+        # The checkout is back where it was; only branches were added.
+        self.assertEqual(checkout_state(self.src)[:2], before[:2])
+        branches = self.topic_branches()
+        submitting = [t for t in found.topics.values() if found.submitted(t)]
+        self.assertGreaterEqual(len(branches), 3)
+        self.assertEqual(sorted(branches), sorted(f"torch-overlay/{t.name}" for t in submitting))
+        head = git("rev-parse", "main", cwd=self.src).strip()
+        subjects = series_subjects(REPO)
+        for topic in submitting:
+            branch = f"torch-overlay/{topic.name}"
+            # Each topic stands alone on the checkout's HEAD, with exactly its own PRs.
+            start = topic.depends and f"torch-overlay/{topic.depends}"
+            self.assertEqual(git("merge-base", "main", branch, cwd=self.src).strip(), head, branch)
+            self.assertEqual(
+                self.branch_commits(branch)[-len(found.submitted(topic)) :],
+                [subjects[name] for name in found.submitted(topic)],
+            )
+            if not start:
+                self.assertEqual(len(self.branch_commits(branch)), len(found.submitted(topic)))
+            for sha in git("rev-list", f"main..{branch}", cwd=self.src).split():
+                author, committer, date, message = git(
+                    "log", "-1", "--format=%an <%ae>%x00%cn <%ce>%x00%at%x00%B", sha,
+                    cwd=self.src,
+                ).split("\0", 3)  # fmt: skip
+                self.assertEqual(author, IDENTITY, sha)
+                self.assertEqual(committer, IDENTITY, sha)
+                self.assertGreater(int(date), time.time() - 3600)
+                for word in ("torch-overlay", "torch_overlay", "Overlay notes", "Topic:",
+                             "Wheel-Stopgap", "Requires-Source-Build", "Carried-Only",
+                             "localhost", ".example"):  # fmt: skip
+                    self.assertNotIn(word, message, sha)
+                self.assertIn("Test Plan:", message)
+                files = git("diff-tree", "--no-commit-id", "--name-only", "-r", sha,
+                            cwd=self.src).split()  # fmt: skip
+                self.assertTrue(any(f.startswith("test/") for f in files), (sha, files))
+        # Carried patches are never submitted.
+        stacked = {s for commits in branches.values() for s in commits}
+        for name in found.carried:
+            self.assertNotIn(subjects[name], stacked)
+        self.assertIn("not submitted (carried here only):", out)
+        # One offline rehearsal and one quoted `ghstack submit` per independent stack.
+        for topic in submitting:
+            branch = f"torch-overlay/{topic.name}"
+            self.assertIn(f"rehearsal of {branch} (ghstack's fake GitHub", out)
+            self.assertIn(
+                f"  cd {shlex.quote(str(self.src))} && git checkout {branch} && ghstack submit",
+                out,
+            )
+        first = subjects[found.submitted(submitting[0])[0]]
+        self.assertIn(f"#500 {first}  (gh/you/1/head -> gh/you/1/base; author {IDENTITY})", out)
+
+    def test_stack_dry_run_changes_nothing_and_runs_after_build(self):
+        before = checkout_state(self.src)
+        out = stack(REPO, self.src, onto_head=True, dry_run=True)
+        self.assertEqual(checkout_state(self.src), before)
+        self.assertIn("stack plan (dry run, nothing changed):", out)
+        self.assertIn("branch:    torch-overlay/pipelining at ", out)
+        # The README's order: build, then stack on the same checkout.
+        stub = self.tmp / "python-stub"
+        stub.write_text(STUB_BUILD.format(python=os.sys.executable, record=str(self.tmp / "r")))
+        stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+        rc, _ = self.run_quietly(build, REPO, self.src, onto_head=True, arch="9.0",
+                                 python=str(stub))  # fmt: skip
+        self.assertEqual(rc, 0)
+        (self.src / "build").mkdir()
+        (self.src / "build/CMakeCache.txt").write_text("left by the build\n")  # untracked
+        out = stack(REPO, self.src, onto_head=True, only=["pipelining"])
+        self.assertEqual(
+            list(self.topic_branches()), ["torch-overlay/2.15.0", "torch-overlay/pipelining"]
+        )
+        self.assertEqual(
+            git("branch", "--show-current", cwd=self.src).strip(), "torch-overlay/2.15.0"
+        )
+
+    def test_stack_refuses_without_an_identity_or_over_existing_branches(self):
+        git("config", "--unset", "user.email", cwd=self.src)
+        before = checkout_state(self.src)
+        env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+        with mock.patch.dict(os.environ, env):
+            with self.assertRaisesRegex(OverlayError, "has no git identity"):
+                stack(REPO, self.src, onto_head=True)
+        self.assertEqual(checkout_state(self.src), before)
+        git("config", "user.email", "ada@pytorch.invalid", cwd=self.src)
+        git("branch", "torch-overlay/dynamo", cwd=self.src)
+        before = checkout_state(self.src)
+        with self.assertRaisesRegex(OverlayError, "torch-overlay/dynamo already exists"):
+            stack(REPO, self.src, onto_head=True)
+        self.assertEqual(checkout_state(self.src), before)
+
+    def test_a_dependent_topic_is_stacked_on_the_one_it_needs(self):
+        repo = copy_project(self.tmp / "project")
+        topics_file = repo / "patches/topics.json"
+        data = json.loads(topics_file.read_text())
+        for entry in data["topics"]:
+            if entry["name"] == "aot-autograd":
+                entry["depends"] = "dynamo"
+        topics_file.write_text(json.dumps(data))
+        out = stack(repo, self.src, onto_head=True, only=["aot-autograd"])
+        branches = self.topic_branches()
+        self.assertEqual(sorted(branches), ["torch-overlay/aot-autograd", "torch-overlay/dynamo"])
+        self.assertEqual(
+            git(
+                "merge-base", "torch-overlay/dynamo", "torch-overlay/aot-autograd", cwd=self.src
+            ).strip(),  # fmt: skip
+            git("rev-parse", "torch-overlay/dynamo", cwd=self.src).strip(),
+        )
+        self.assertEqual(len(branches["torch-overlay/aot-autograd"]), 2)
+        # One stack: its submit command covers both topics.
+        self.assertIn("git checkout torch-overlay/aot-autograd && ghstack submit", out)
+        self.assertNotIn("git checkout torch-overlay/dynamo && ghstack submit", out)
 
     def test_stack_never_overwrites_an_upstream_test(self):
         clash = self.src / "test/distributed/tensor/test_partial_product.py"
