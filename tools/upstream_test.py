@@ -24,6 +24,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tools.active import environment, materialize, tree_digest
@@ -240,7 +241,9 @@ def write_report(
     digest: str, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
     unavailable: list[str], pending: list[str], narrowed: bool, quiet: bool = False,
 ) -> int:  # fmt: skip
-    """Write reports/upstream-test.{md,json}; return the number of regressions."""
+    """Write reports/upstream-test.{md,json}, or upstream-test-subset.{md,json} for a narrowed
+    run, so that the last whole run's report, which ``verify`` shows, is never replaced by a
+    part of it. Return the number of regressions."""
     text = report(results, unavailable, origin)
     regressions = sum(len(r.regressions) for r in results)
     fixed = sum(len(r.fixed) for r in results)
@@ -248,10 +251,13 @@ def write_report(
                f"{regressions} regression(s), {fixed} fixed")  # fmt: skip
     if pending:
         verdict += f"; still to run: {', '.join(pending)}"
+    name = "upstream-test-subset" if narrowed else "upstream-test"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
-    (out / "upstream-test.json").write_text(json.dumps({
+    (out / f"{name}.md").write_text(text + "\n" + verdict + "\n")
+    (out / f"{name}.json").write_text(json.dumps({
         "overlay_files": digest, "source": str(root), "regressions": regressions,
+        "written": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "verdict": verdict,
         "fixed": fixed, "unavailable": unavailable, "pending": pending,
         # Files whose tests were not compared: a gate cannot pass on what it did not see.
         "not_compared": [*unavailable, *pending,
@@ -266,7 +272,7 @@ def write_report(
         } for r in results],
     }, indent=2) + "\n")  # fmt: skip
     if not quiet:
-        print(text + verdict + f"; report in {out}/upstream-test.md")
+        print(text + verdict + f"; report in {out}/{name}.md")
     return regressions
 
 
@@ -279,10 +285,12 @@ def upstream_test(
     plan = planned_files(repo, list(only))
     origin = manifest(root)
     out = out or repo / "reports"
-    junit_dir = out / "upstream-test"
-    results, unavailable = [], []
     # Every mapped file, in any order, is the whole gate; a subset or a -k is not.
     narrowed = bool(select) or len(plan) < len(planned_files(repo, []))
+    # A file run alone has the same per-file results as in a whole run (--resume shares them);
+    # a -k run keeps its own, so it never replaces those of the last whole run.
+    junit_dir = out / ("upstream-test-subset" if select else "upstream-test")
+    results, unavailable = [], []
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         summary = materialize(repo, tree).summary()

@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from unittest import mock
 
@@ -16,7 +17,7 @@ from tools.base import OverlayError
 from tools.export import export
 from tools.sync import sync
 from tools.upstream_test import FAILED, PASSED, outcomes, upstream_test
-from tools.verify import gates
+from tools.verify import age, gates
 
 UPSTREAM_TEST = "test/distributed/pipelining/test_backward.py"
 # Stands in for an upstream test file: what each test does depends on the overlay's marker.
@@ -72,7 +73,9 @@ class UpstreamTestTest(TestCase):
         out = self.tmp / "reports"
         with mock.patch("sys.stdout", new_callable=io.StringIO) as printed:
             code = upstream_test(self.project.root, tests=self.tests, out=out, **kwargs)
-        return code, json.loads((out / "upstream-test.json").read_text()), printed.getvalue()
+        # A narrowed run has its own report; the whole run's stays as it was.
+        name = "upstream-test-subset" if kwargs.get("select") else "upstream-test"
+        return code, json.loads((out / f"{name}.json").read_text()), printed.getvalue()
 
     def test_reports_regressions_and_fixes_per_test(self):
         code, report, printed = self.gate()
@@ -96,11 +99,16 @@ class UpstreamTestTest(TestCase):
         self.assertEqual([t.rsplit("::", 1)[1] for t in tests["regressions"]],
                          ["test_broken_by_patch"])  # fmt: skip
         self.assertIn("not run: python benchmarks/dtensor_dispatch.py", benchmark["detail"])
-        # Without a regression the gate passes only on a whole run: not narrowed, all compared.
+        whole = (self.tmp / "reports" / "upstream-test.json").read_bytes()
+        # A narrowed run writes its own report: the gate row stays on the last whole run.
         self.gate(select="not broken_by_patch")
+        self.assertEqual((self.tmp / "reports" / "upstream-test.json").read_bytes(), whole)
         [tests, *_] = gates(self.project.root, self.tmp / "reports")
-        self.assertIsNone(tests["ok"])
-        self.assertIn("a narrowed run", tests["detail"])
+        self.assertFalse(tests["ok"])
+        self.assertRegex(tests["detail"], r"^last whole run \d+ min ago: 1 file\(s\) run, 1 regr")
+        self.assertIn("; a later narrowed run (", tests["detail"])
+        self.assertIn("0 regression(s), 1 fixed", tests["detail"])
+        # Without a regression the gate passes only when every test file was compared.
         self.gate(prelude="from torch import no_such_name\n")
         [tests, *_] = gates(self.project.root, self.tmp / "reports")
         self.assertIsNone(tests["ok"])
@@ -112,7 +120,9 @@ class UpstreamTestTest(TestCase):
                                  GOOD_MESSAGE)  # fmt: skip
         [tests, *_] = gates(self.project.root, self.tmp / "reports")
         self.assertIsNone(tests["ok"])
-        self.assertIn("stale (made with other overlay files)", tests["detail"])
+        # Stale, and still the last whole run's verdict with its age.
+        self.assertRegex(tests["detail"], r"^stale \(made with other overlay files\): last whole "
+                         r"run \d+ min ago: 1 file\(s\) run, 1 regression")  # fmt: skip
 
     def test_selection_narrows_the_run(self):
         code, report, _ = self.gate(select="not broken_by_patch")
@@ -169,6 +179,18 @@ class UpstreamTestTest(TestCase):
         with mock.patch("sys.stdout", new_callable=io.StringIO) as printed:
             self.assertEqual(upstream_test(self.project.root, tests=empty, out=self.tmp / "r"), 0)
         self.assertIn("0 file(s) run, 1 not available", printed.getvalue())
+
+
+class ReportAgeTest(TestCase):
+    """How old `verify` says the last whole upstream-test run is."""
+
+    def test_age(self):
+        now = datetime(2026, 1, 2, 12, 0, tzinfo=timezone.utc)
+        written = lambda t: {"written": t}  # noqa: E731
+        self.assertEqual(age(written("2026-01-02T11:58:30+00:00"), now), "1 min ago")
+        self.assertEqual(age(written("2026-01-02T09:00:00.500000+00:00"), now), "2 h ago")
+        self.assertEqual(age(written("2025-12-30T12:00:00+00:00"), now), "3 d ago")
+        self.assertEqual(age({}), "at an unknown time")
 
 
 if __name__ == "__main__":
