@@ -198,7 +198,7 @@ class UpstreamTestTest(TestCase):
         self.assertIn("timed out after 15 s", report["files"][0]["problems"]["overlay"])
 
     def test_a_file_that_does_not_import(self):
-        # On both (a stored upstream version newer than the base): counted, not a regression.
+        # On both (a test file from a commit newer than the base): counted, not a regression.
         code, report, printed = self.gate(prelude="from torch import no_such_name\n")
         self.assertEqual(code, 0)
         self.assertIn("does not import: ImportError: cannot import name 'no_such_name'",
