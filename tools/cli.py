@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--resume", action="store_true",
                       help="reuse a file's earlier result when overlay, file and options match")  # fmt: skip
     gate.add_argument("files", nargs="*", metavar="TEST_FILE", help="only these mapped files")
+    gate.add_argument("--fetch", action="store_true",
+                      help="fill .upstream-tests/ at the base commit (--from, or --pytorch-src)")  # fmt: skip
+    gate.add_argument("--from", dest="from_url", metavar="BASE",
+                      help="with --fetch: read BASE/<commit>/<path> (default: raw.githubusercontent.com/pytorch/pytorch)")  # fmt: skip
+    gate.add_argument("--expect", type=Path, metavar="MANIFEST",
+                      help="with --fetch: refuse files whose sha256 differs from this manifest")  # fmt: skip
     sweep = verbs.add_parser(
         "sweep", help="upstream's strategy validator over every registered op, stock vs overlay"
     )
@@ -158,9 +164,17 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             world_size=args.world_size, batch_size=args.batch_size,
             op_timeout=args.op_timeout, jobs=args.jobs,
         )  # fmt: skip
+    elif args.verb == "upstream-test" and args.fetch:
+        from tools.fetch_upstream_tests import fetch
+
+        if args.tests or args.files or args.select or args.resume:
+            raise OverlayError("--fetch takes only --from, --pytorch-src and --expect")
+        print(fetch(repo, base=args.from_url, pytorch_src=args.pytorch_src, expect=args.expect))
     elif args.verb == "upstream-test":
         from tools.upstream_test import upstream_test
 
+        if args.from_url or args.expect:
+            raise OverlayError("--from and --expect go with --fetch")
         return upstream_test(
             repo, pytorch_src=args.pytorch_src, tests=args.tests, only=args.files,
             select=args.select, timeout=args.timeout, test_timeout=args.test_timeout,

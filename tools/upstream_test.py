@@ -9,7 +9,12 @@ is listed as fixed; tests that fail or skip on both are counted only.
 
 The test files come from, in order: ``--pytorch-src DIR`` (a PyTorch checkout), ``--tests DIR``
 (any tree with upstream's ``test/`` layout), or the git-ignored cache ``.upstream-tests/``
-(filled from the stored upstream files; its ``manifest.jsonl`` names each file's commit).
+(written by ``--fetch``, ``tools/fetch_upstream_tests.py``). A tree with a ``manifest.jsonl``
+is checked against it before anything runs: one JSON object per line with ``repo``
+("pytorch/pytorch"), ``commit`` (40 hex), ``path`` (relative to the tree, under ``test/``),
+``bytes`` (the file's size) and ``sha256``. Other keys are ignored; a line without these keys
+(the cache's first format had ``length`` and no ``repo``) is refused with a request to
+re-fetch, since its files' origin cannot be checked.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,11 +30,13 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tools.active import environment, materialize, tree_digest
 from tools.base import (
     OverlayError,
+    git,
     installed_torch,
     read_upstream_map,
     sha256,
@@ -36,6 +44,9 @@ from tools.base import (
 
 CACHE_DIR = ".upstream-tests"
 MANIFEST = "manifest.jsonl"
+UPSTREAM_REPO = "pytorch/pytorch"  # the only repository whose test files the gate runs
+MANIFEST_KEYS = ("repo", "commit", "path", "bytes", "sha256")
+REFETCH = "re-fetch the files with `torch-overlay upstream-test --fetch`"
 PASSED, FAILED, SKIPPED, MISSING = "passed", "failed", "skipped", "not run"
 # pytest -q output, the junit XML and the report stay small; tracebacks are in the XML.
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit2", "-rN"]
@@ -80,17 +91,67 @@ def test_root(repo: Path, pytorch_src: Path | None, tests: Path | None) -> Path:
         return cache
     raise OverlayError(
         f"no upstream test files: give --pytorch-src DIR or --tests DIR, or fill {CACHE_DIR}/ "
-        "(README: 'Upstream's gates')"
+        "with `torch-overlay upstream-test --fetch` (README: 'Upstream's gates')"
     )
 
 
+def manifest_problem(entry: object) -> str | None:
+    """Why one manifest line is not a valid entry, or None."""
+    if not isinstance(entry, dict) or not set(MANIFEST_KEYS) <= set(entry):
+        return f"not an entry of this format (keys: {', '.join(MANIFEST_KEYS)})"
+    path = entry["path"]
+    checks = {
+        "repo": isinstance(entry["repo"], str) and re.fullmatch(r"[\w.-]+/[\w.-]+", entry["repo"]),
+        "commit": isinstance(entry["commit"], str) and re.fullmatch(r"[0-9a-f]{40}", entry["commit"]),
+        # Relative, under test/, no way out of the tree: the path is joined to the cache root.
+        "path": isinstance(path, str) and path.startswith("test/") and ".." not in path.split("/")
+        and "" not in path.split("/") and "\\" not in path,
+        "bytes": type(entry["bytes"]) is int and entry["bytes"] >= 0,
+        "sha256": isinstance(entry["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]),
+    }  # fmt: skip
+    bad = [key for key, ok in checks.items() if not ok]
+    return f"invalid {', '.join(bad)}" if bad else None
+
+
+def read_manifest(path: Path) -> dict[str, dict]:
+    """A manifest's entries by path; a line that is not a valid entry is refused."""
+    entries = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            entry = None
+        problem = manifest_problem(entry)
+        if problem is None and entry["path"] in entries:
+            problem = f"{entry['path']} is listed twice"
+        if problem:
+            raise OverlayError(f"{path}:{number}: {problem}; {REFETCH}")
+        entries[entry["path"]] = entry
+    return entries
+
+
 def manifest(root: Path) -> dict[str, dict]:
-    """The cache's record of where each file came from (empty for a checkout)."""
+    """The tree's record of where each file came from (empty for a checkout)."""
     path = root / MANIFEST
-    if not path.is_file():
-        return {}
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {entry["path"]: entry for entry in entries}
+    return read_manifest(path) if path.is_file() else {}
+
+
+def check_tree(root: Path, entries: dict[str, dict]) -> None:
+    """Refuse, before anything runs, a tree whose files do not match its manifest."""
+    for path, entry in entries.items():
+        file = root / path
+        if not file.is_file():
+            raise OverlayError(f"{root}: {path} is in {MANIFEST} but missing; {REFETCH}")
+        data = file.read_bytes()
+        if len(data) != entry["bytes"] or sha256(data) != entry["sha256"]:
+            raise OverlayError(f"{root}: {path} differs from its {MANIFEST} entry; {REFETCH}")
+    # A file the manifest does not list could be imported by the tests unchecked.
+    for file in sorted((root / "test").rglob("*")):
+        rel = file.relative_to(root)
+        if file.is_file() and "__pycache__" not in rel.parts and rel.as_posix() not in entries:
+            raise OverlayError(f"{root}: {rel.as_posix()} is not in {MANIFEST}; {REFETCH}")
 
 
 def planned_files(repo: Path, only: list[str]) -> list[tuple[str, str | None]]:
@@ -160,7 +221,7 @@ def run_pytest(
         return f"pytest exited {proc.returncode} without a report:\n{tail}"
     errors = [line[1:].strip() for line in output.splitlines() if line.startswith("E   ")]
     if "error during collection" in output or "errors during collection" in output:
-        # Typically this stored upstream version needs a newer (or older) torch than the base.
+        # Typically a test file from a commit far from the base: it needs a newer (or older) torch.
         return "does not import: " + (errors[-1] if errors else "collection error")
     return None
 
@@ -218,11 +279,30 @@ def format_counts(result: FileResult, variant: str) -> str:
     return f"{c[PASSED]} passed, {c[FAILED]} failed, {c[SKIPPED]} skipped"
 
 
+def origins(root: Path, pytorch_src: Path | None, files: list[str]) -> dict[str, dict]:
+    """Test file -> {"repo", "commit"} it came from: the manifest's entries; for a checkout,
+    its HEAD (the files' own commit may differ if the working tree has edits)."""
+    entries = manifest(root)
+    if (root / MANIFEST).is_file():  # a tree without one (a checkout, --tests) is not checked
+        check_tree(root, entries)
+    if pytorch_src is None:
+        return entries
+    head = git("rev-parse", "HEAD", cwd=root, check=False).strip() or None
+    found = {"repo": f"checkout {root}", "commit": head}
+    return dict.fromkeys(files, found)
+
+
+def origin_text(entry: dict | None) -> str:
+    if not entry:
+        return "unrecorded"
+    return f"{entry['repo']}@{entry['commit'][:12]}" if entry.get("commit") else entry["repo"]
+
+
 def report(results: list[FileResult], unavailable: list[str], origin: dict[str, dict]) -> str:
-    lines = ["| upstream test file | commit | stock | overlay | regressions | fixed |",
+    lines = ["| upstream test file | from (repo@commit) | stock | overlay | regressions | fixed |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for r in results:
-        commit = origin.get(r.path, {}).get("commit", "checkout")[:12]
+        commit = origin_text(origin.get(r.path))
         name = r.path + (f" -k '{r.select}'" if r.select else "")
         lines.append(f"| {name} | {commit} | {format_counts(r, 'stock')} | "
                      f"{format_counts(r, 'overlay')} | {len(r.regressions)} | {len(r.fixed)} |")  # fmt: skip
@@ -240,7 +320,9 @@ def write_report(
     digest: str, out: Path, root: Path, origin: dict[str, dict], results: list[FileResult],
     unavailable: list[str], pending: list[str], narrowed: bool, quiet: bool = False,
 ) -> int:  # fmt: skip
-    """Write reports/upstream-test.{md,json}; return the number of regressions."""
+    """Write reports/upstream-test.{md,json}, or upstream-test-subset.{md,json} for a narrowed
+    run, so that the last whole run's report, which ``verify`` shows, is never replaced by a
+    part of it. Return the number of regressions."""
     text = report(results, unavailable, origin)
     regressions = sum(len(r.regressions) for r in results)
     fixed = sum(len(r.fixed) for r in results)
@@ -248,10 +330,13 @@ def write_report(
                f"{regressions} regression(s), {fixed} fixed")  # fmt: skip
     if pending:
         verdict += f"; still to run: {', '.join(pending)}"
+    name = "upstream-test-subset" if narrowed else "upstream-test"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "upstream-test.md").write_text(text + "\n" + verdict + "\n")
-    (out / "upstream-test.json").write_text(json.dumps({
+    (out / f"{name}.md").write_text(text + "\n" + verdict + "\n")
+    (out / f"{name}.json").write_text(json.dumps({
         "overlay_files": digest, "source": str(root), "regressions": regressions,
+        "written": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "verdict": verdict,
         "fixed": fixed, "unavailable": unavailable, "pending": pending,
         # Files whose tests were not compared: a gate cannot pass on what it did not see.
         "not_compared": [*unavailable, *pending,
@@ -259,6 +344,7 @@ def write_report(
         "narrowed": narrowed,  # files or -k chosen on the command line: not the whole gate
         "files": [{
             "path": r.path, "select": r.select,
+            "repo": origin.get(r.path, {}).get("repo"),
             "commit": origin.get(r.path, {}).get("commit"),
             "stock": r.counts("stock"), "overlay": r.counts("overlay"),
             "problems": r.problems, "seconds": r.seconds,
@@ -266,7 +352,7 @@ def write_report(
         } for r in results],
     }, indent=2) + "\n")  # fmt: skip
     if not quiet:
-        print(text + verdict + f"; report in {out}/upstream-test.md")
+        print(text + verdict + f"; report in {out}/{name}.md")
     return regressions
 
 
@@ -277,12 +363,15 @@ def upstream_test(
 ) -> int:  # fmt: skip
     root = test_root(repo, pytorch_src, tests)
     plan = planned_files(repo, list(only))
-    origin = manifest(root)
+    # Refuses, before anything runs, a tree that does not match its manifest.
+    origin = origins(root, pytorch_src, [f for f, _ in plan])
     out = out or repo / "reports"
-    junit_dir = out / "upstream-test"
-    results, unavailable = [], []
     # Every mapped file, in any order, is the whole gate; a subset or a -k is not.
     narrowed = bool(select) or len(plan) < len(planned_files(repo, []))
+    # A file run alone has the same per-file results as in a whole run (--resume shares them);
+    # a -k run keeps its own, so it never replaces those of the last whole run.
+    junit_dir = out / ("upstream-test-subset" if select else "upstream-test")
+    results, unavailable = [], []
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         summary = materialize(repo, tree).summary()
@@ -292,10 +381,6 @@ def upstream_test(
         for test_file, mapped_select in plan:
             if not (root / test_file).is_file():
                 unavailable.append(test_file)
-                continue
-            recorded = origin.get(test_file)
-            if recorded and sha256((root / test_file).read_bytes()) != recorded["sha256"]:
-                unavailable.append(f"{test_file} (differs from its manifest entry)")
                 continue
             chosen = combine_selections(mapped_select, select)
             print(f"{test_file}" + (f" -k '{chosen}'" if chosen else ""), flush=True)

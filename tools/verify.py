@@ -4,13 +4,15 @@ table, write it as Markdown and JSON, and fail if any reproducer fails with the 
 Below the table it shows upstream's gates, so a reader sees whether the series is ready to
 submit: upstream's own tests (from the last `upstream-test` report), upstream's lint rules on
 the patched files (run now), and the worst ratio of `benchmarks/dtensor_dispatch.py` (from
-its last report). A report made with other overlay files is shown as stale, not as a result.
+its last report). A report made with other overlay files is shown as stale, not as a result;
+for upstream's tests the last whole run's verdict is shown, with its age.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tools import lint_upstream, topics
@@ -40,25 +42,52 @@ def saved_report(path: Path, digest: str, how: str) -> tuple[dict | None, str]:
     return data, ""
 
 
+def age(report: dict, now: datetime | None = None) -> str:
+    """How long ago a report was written, e.g. "3 h ago"."""
+    if "written" not in report:
+        return "at an unknown time"
+    elapsed = (now or datetime.now(timezone.utc)) - datetime.fromisoformat(report["written"])
+    minutes = max(0, int(elapsed.total_seconds() // 60))
+    for unit, size in (("d", 1440), ("h", 60)):
+        if minutes >= size:
+            return f"{minutes // size} {unit} ago"
+    return f"{minutes} min ago"
+
+
+def upstream_tests_row(out_dir: Path, digest: str) -> dict:
+    """The last whole `upstream-test` run's verdict. A narrowed run (files or -k) writes its own
+    report and never stands in for it; one made since is named after it."""
+    path = out_dir / "upstream-test.json"
+    if not path.is_file():
+        return {"gate": "upstream's tests", "ok": None,
+                "detail": "not run: torch-overlay upstream-test"}  # fmt: skip
+    data = json.loads(path.read_text())
+    names = [f"{f['path']}::{t}" for f in data["files"] for t in f["regressions"]]
+    unseen = data["not_compared"]
+    detail = (f"last whole run {age(data)}: {len(data['files'])} file(s) run, "
+              f"{data['regressions']} regression(s)" + (f" ({', '.join(names)})" if names else "")
+              + f", {data['fixed']} fixed")  # fmt: skip
+    if unseen:
+        detail += f"; not compared: {', '.join(unseen)}"
+    if data.get("narrowed"):  # a report written before narrowed runs had their own
+        detail += "; a narrowed run (files or -k given)"
+    # A regression fails the gate; without one it passes only if everything was compared.
+    ok = False if names else (None if unseen or data.get("narrowed") else True)
+    if data.get("overlay_files") != digest:
+        detail, ok = f"stale (made with other overlay files): {detail}", None
+    subset = out_dir / "upstream-test-subset.json"
+    if subset.is_file():
+        later = json.loads(subset.read_text())
+        if later.get("written", "") > data.get("written", ""):
+            stale = "" if later.get("overlay_files") == digest else ", stale"
+            detail += f"; a later narrowed run ({age(later)}{stale}): {later.get('verdict', '?')}"
+    return {"gate": "upstream's tests", "ok": ok, "detail": detail, "regressions": names}
+
+
 def gates(repo: Path, out_dir: Path) -> list[dict]:
     """One row per gate: name, ok (None when there is no current result) and detail."""
-    rows, digest = [], overlay_digest(repo)
-    data, why = saved_report(out_dir / "upstream-test.json", digest, "torch-overlay upstream-test")
-    if data is None:
-        rows.append({"gate": "upstream's tests", "ok": None, "detail": why})
-    else:
-        names = [f"{f['path']}::{t}" for f in data["files"] for t in f["regressions"]]
-        unseen = data["not_compared"]
-        detail = (f"{len(data['files'])} file(s) run, {data['regressions']} regression(s)"
-                  + (f" ({', '.join(names)})" if names else "") + f", {data['fixed']} fixed")  # fmt: skip
-        if unseen:
-            detail += f"; not compared: {', '.join(unseen)}"
-        if data["narrowed"]:
-            detail += "; a narrowed run (files or -k given)"
-        # A regression fails the gate; without one it passes only if everything was compared.
-        ok = False if names else (None if unseen or data["narrowed"] else True)
-        rows.append({"gate": "upstream's tests", "ok": ok, "detail": detail,
-                     "regressions": names})  # fmt: skip
+    digest = overlay_digest(repo)
+    rows = [upstream_tests_row(out_dir, digest)]
     findings = [json.loads(m) for m in lint_upstream.lint(repo)]
     rows.append({
         "gate": "upstream's lint rules on patched files", "ok": not findings,
