@@ -19,7 +19,7 @@ from tools.base import (
     read_series,
 )
 from tools.check import author_problems, message_problems, submitted_forms
-from tools.topics import TOPICS_FILE, problems, read_topics
+from tools.topics import TOPICS_FILE, patch_rows, problems, read_topics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,6 +49,16 @@ class TopicsTest(TestCase):
         carried = {name[:4]: why for name, why in found.carried.items()}
         self.assertIn("#180511", carried["0001"])
         self.assertTrue(carried["0015"].startswith("wheel stopgap for "))
+
+    def test_status_and_verify_rows_name_topic_and_upstream_status(self):
+        rows = {r["patch"][:40]: r for r in patch_rows(REPO, {"x"})}
+        self.assertEqual(len(rows), len(read_series(REPO)))
+        clone = rows["[autograd] clone_obey_contract: a single"]
+        self.assertEqual(clone["topic"], "autograd")
+        self.assertTrue(clone["upstream"].startswith("carried only: #180511"))
+        self.assertEqual(rows["[dynamo] Guard that a module attribute fo"]["upstream"], "submit")
+        (self.repo / TOPICS_FILE).unlink()  # inconsistent topics: no rows (check says why)
+        self.assertEqual(patch_rows(self.repo, set()), [])
 
     def test_topic_problems_are_named(self):
         name = read_series(self.repo)[3]
