@@ -18,6 +18,7 @@ from tools import overlay_repo
 from tools.active import materialize
 from tools.base import (
     OVERLAY_DIR,
+    PATCH_GLOB,
     PIN_FILE,
     SERIES_FILE,
     UPSTREAM_MAP_FILE,
@@ -28,6 +29,7 @@ from tools.base import (
     check_installed,
     installed_torch,
     patch_message,
+    read_patch,
     read_pin,
     read_series,
     read_upstream_map,
@@ -122,9 +124,11 @@ def check(repo: Path) -> list[str]:
         problems += pending(repo)
     upstream = read_upstream_map(repo)
     series = read_series(repo)
+    problems += [f"patches/{p.name}: not named in {SERIES_FILE} (add it there, or delete it)"
+                 for p in sorted((repo / "patches").glob(PATCH_GLOB)) if p.name not in series]  # fmt: skip
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
     for name in series:
-        text = (repo / "patches" / name).read_bytes()
+        text = read_patch(repo, name)
         problems += message_problems(repo, name, text, upstream.issues.get(name, ()))
     subjects = set(series_subjects(repo).values())
     problems += [f"{name}: its {WHEEL_STOPGAP_TRAILER} names {by!r}, which is not a patch "
