@@ -29,7 +29,7 @@ from tools.base import PIN_FILE, SERIES_FILE, OverlayError, git, installed_torch
 from tools.export import export
 from tools.status import status
 from tools.sync import sync
-from tools.sync_state import LOCK_FILE, behind_warning
+from tools.sync_state import LOCK_FILE, STATE_FILE, behind_warning
 
 PATCH = "0001-pipelining-Add-a-marker.patch"
 TEAMMATE = "A teammate's clearer summary of the marker."
@@ -122,6 +122,20 @@ class PullSafeSyncTest(TeamTestCase):
         self.assertIn(TEAMMATE, self.project.head_message())
         (saved,) = [line.split()[-1] for line in said if "saved/" in line]
         self.assertEqual(self.project.git("rev-parse", saved), before[0].strip())
+
+    def test_an_overlay_without_a_record_is_never_guessed_about(self):
+        record = self.project.overlay / ".git" / STATE_FILE
+        record.unlink()  # as made by an older torch-overlay
+        sync(self.tmp)  # same as patches/: rebuilt, and recorded from now on
+        self.assertTrue(record.exists())
+        record.unlink()
+        self.project.pull_teammate_summary()
+        before = self.project.state()
+        with self.assertRaisesRegex(OverlayError, "predates the record.*sync --force"):
+            sync(self.tmp)
+        self.assertEqual(self.project.state(), before)
+        sync(self.tmp, force=True)
+        self.assertIn(TEAMMATE, self.project.head_message())
 
     def test_force_keeps_uncommitted_edits_in_the_stash(self):
         target = self.project.overlay / TARGET
