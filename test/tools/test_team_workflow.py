@@ -7,6 +7,7 @@ import fcntl
 import io
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -386,6 +387,17 @@ open(sys.argv[2], "w").close()
 time.sleep(60)
 """
 
+COUNT_SIGINT = """\
+import signal, sys, time
+count = []
+signal.signal(signal.SIGINT, lambda signum, frame: count.append(signum))
+open(sys.argv[1], "w").close()
+while not count:
+    time.sleep(0.05)
+time.sleep(1)  # a second, forwarded SIGINT would arrive meanwhile
+sys.exit(len(count))
+"""
+
 
 class RunLikeEnvTest(TestCase):
     """`run` in real processes (none imports torch)."""
@@ -424,6 +436,28 @@ class RunLikeEnvTest(TestCase):
             self.assertEqual(proc.returncode, 128 + signum, err)
             self.assertEqual(got.read_text(), str(int(signum)))
             self.assertEqual(list(self.tmpdir.iterdir()), [])  # the scratch tree is gone
+
+    def test_ctrl_c_in_a_terminal_reaches_the_command_once(self):
+        (self.tmp / "count.py").write_text(COUNT_SIGINT)
+        ready = self.tmp / "count-ready"
+        pid, terminal = pty.fork()  # run is the terminal's foreground process group
+        if pid == 0:
+            os.chdir(REPO_ROOT)
+            os.execv(sys.executable, [sys.executable, "-m", "tools.cli", "--repo", str(self.tmp),
+                     "run", "--", sys.executable, str(self.tmp / "count.py"), str(ready)])  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.write(terminal, b"\x03")  # Ctrl-C: the terminal signals the whole group
+        while True:
+            try:
+                if not os.read(terminal, 1024):
+                    break
+            except OSError:  # the terminal closed
+                break
+        _, wait_status = os.waitpid(pid, 0)
+        os.close(terminal)
+        self.assertEqual(os.waitstatus_to_exitcode(wait_status), 1)  # one SIGINT, not two
 
     def test_missing_command_and_leaked_trees(self):
         leaked = self.tmpdir / "torch-overlay-run-999999999-abc"  # its run was SIGKILLed
