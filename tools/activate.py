@@ -14,7 +14,7 @@ import sysconfig
 from pathlib import Path
 
 from tools.active import BOOT_DIR, Plan, materialize_to
-from tools.base import OverlayError
+from tools.base import OverlayError, drifted_files, installed_torch, pip_install, read_pin
 
 PTH_NAME = "torch_overlay.pth"
 ACTIVE_DIR = ".overlay-active"
@@ -39,6 +39,14 @@ def pth_line(tree: Path) -> str:
 def activate(repo: Path) -> Plan:
     if sys.prefix == sys.base_prefix:
         raise OverlayError("activate works on a virtual environment; this Python is not one")
+    # Under drift every `import torch` of the venv would fail the hook's check: refuse now.
+    pin = read_pin(repo)
+    drifted = [path for path, _, _ in drifted_files(pin, installed_torch())]
+    if drifted:
+        raise OverlayError(
+            f"base files of the installed torch differ from patches/base.json ({', '.join(drifted)}); "
+            f"reinstall it first: {pip_install(pin)}"
+        )
     plan = materialize_to(repo, repo / ACTIVE_DIR)
     pth_path().write_text(pth_line(repo / ACTIVE_DIR))
     return plan

@@ -22,7 +22,9 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,12 +101,22 @@ def read_pin(repo: Path) -> Pin:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise OverlayError(f"no base record at {path}") from None
-    return Pin(
-        data["torch_version"],
-        data["git_version"],
-        dict(data["files"]),
-        dict(data.get("source_only", {})),
-    )
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise OverlayError(f"{PIN_FILE} is not valid JSON: {error}") from None
+    try:
+        return Pin(
+            str(data["torch_version"]),
+            str(data["git_version"]),
+            {str(k): str(v) for k, v in dict(data["files"]).items()},
+            {str(k): str(v) for k, v in dict(data.get("source_only", {})).items()},
+        )
+    except KeyError as error:
+        raise OverlayError(f"{PIN_FILE} has no {error.args[0]!r} key") from None
+    except (TypeError, ValueError, AttributeError):
+        raise OverlayError(
+            f"{PIN_FILE} should be an object with torch_version, git_version and files "
+            "(source path -> sha256)"
+        ) from None
 
 
 def write_pin(repo: Path, pin: Pin) -> None:
@@ -187,37 +199,42 @@ def patch_field(text: bytes, key: str) -> str:
     return message_field(text.decode(errors="replace").split("\n---\n", 1)[0], key)
 
 
+def read_patch(repo: Path, name: str) -> bytes:
+    """A patch file of the series, refused (one line) when missing or not UTF-8."""
+    try:
+        text = (repo / "patches" / name).read_bytes()
+    except FileNotFoundError:
+        raise OverlayError(f"{SERIES_FILE} names {name}, which does not exist") from None
+    try:
+        text.decode()
+    except UnicodeDecodeError as error:
+        line = text[: error.start].count(b"\n") + 1
+        raise OverlayError(
+            f"patches/{name} line {line}: {text[error.start : error.end]!r} is not UTF-8 "
+            "(git format-patch writes UTF-8; fix the encoding or re-export the patch)"
+        ) from None
+    return text
+
+
 def series_subjects(repo: Path) -> dict[str, str]:
     """Patch file name -> subject, in series order."""
-    return {
-        name: patch_message((repo / "patches" / name).read_bytes())[0] for name in read_series(repo)
-    }
+    return {name: patch_message(read_patch(repo, name))[0] for name in read_series(repo)}
 
 
 def wheel_stopgaps(repo: Path) -> dict[str, str]:
     """The series' wheel stopgaps: patch file name -> subject of the patch that replaces it."""
-    found = {
-        name: wheel_stopgap((repo / "patches" / name).read_bytes()) for name in read_series(repo)
-    }
+    found = {name: wheel_stopgap(read_patch(repo, name)) for name in read_series(repo)}
     return {name: replaced_by for name, replaced_by in found.items() if replaced_by}
 
 
 def overlay_series(repo: Path, pin: Pin) -> list[str]:
     """The patches the overlay repository holds, in order: all but the source-only ones."""
-    return [
-        name
-        for name in read_series(repo)
-        if not is_source_only(pin, (repo / "patches" / name).read_bytes())
-    ]
+    return [name for name in read_series(repo) if not is_source_only(pin, read_patch(repo, name))]
 
 
 def source_only_series(repo: Path, pin: Pin) -> list[str]:
     """The source-only patches of the series, in series order."""
-    return [
-        name
-        for name in read_series(repo)
-        if is_source_only(pin, (repo / "patches" / name).read_bytes())
-    ]
+    return [name for name in read_series(repo) if is_source_only(pin, read_patch(repo, name))]
 
 
 @dataclass(frozen=True)
@@ -249,16 +266,28 @@ def read_upstream_map(repo: Path) -> UpstreamMap:
 
 
 def read_series(repo: Path) -> list[str]:
-    """Patch file names in order; blank lines and ``#`` comments are ignored."""
+    """Patch file names in order; blank lines and ``#`` comments are ignored. A name given
+    twice or naming no file is refused here, so that no verb trips over it later."""
     path = repo / SERIES_FILE
     if not path.exists():
         raise OverlayError(f"no series file at {path}")
-    names = []
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line)
-    return names
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            continue
+        if name in first_line:
+            raise OverlayError(
+                f"{SERIES_FILE} line {number} names {name} again (first on line "
+                f"{first_line[name]}); remove one of them"
+            )
+        if not (repo / "patches" / name).is_file():
+            raise OverlayError(
+                f"{SERIES_FILE} line {number} names {name}, which does not exist "
+                "(restore the file or remove the line)"
+            )
+        first_line[name] = number
+    return list(first_line)
 
 
 def installed_torch() -> InstalledTorch:
@@ -278,8 +307,32 @@ def check_installed(pin: Pin, torch: InstalledTorch) -> None:
         raise OverlayError(
             f"installed torch is {torch.version} (git {torch.git_version[:12]}), but the series "
             f"is pinned to torch {pin.version} (git {pin.git_version[:12]}); "
-            f"install it with: pip install torch=={pin.version}"
+            f"install it with: {pip_install(pin, force=public == pin.version)}"
         )
+
+
+def pip_install(pin: Pin, force: bool = True) -> str:
+    """The command that installs the pinned release into this Python, as written. Plain
+    ``pip install torch==X`` is a no-op when X is installed, so a drifted file needs
+    ``--force-reinstall`` (``--no-deps``: the dependencies are not what drifted)."""
+    flags = " --force-reinstall --no-deps" if force else ""
+    return f"{shlex.quote(sys.executable)} -m pip install{flags} torch=={pin.version}"
+
+
+def drifted_files(pin: Pin, torch: InstalledTorch) -> list[tuple[str, str, str]]:
+    """(source path, sha256 in base.json, sha256 in the wheel or "missing") for every base
+    file of the wheel that differs from the base record."""
+    found = []
+    for path, expected in sorted(pin.files.items()):
+        try:
+            actual = sha256(wheel_file(torch, path).read_bytes())
+        except FileNotFoundError:
+            actual = "missing"
+        except OverlayError:  # not a file a wheel ships: check reports it
+            continue
+        if actual != expected:
+            found.append((path, expected, actual))
+    return found
 
 
 def wheel_file(torch: InstalledTorch, source_path: str) -> Path:
@@ -310,7 +363,7 @@ def read_base_file(pin: Pin, torch: InstalledTorch, source_path: str) -> bytes:
     if expected is not None and sha256(data) != expected:
         raise OverlayError(
             f"base file {source_path} drifted: {path} has sha256 {sha256(data)[:16]}…, "
-            f"the base record says {expected[:16]}…; reinstall torch=={pin.version}"
+            f"the base record says {expected[:16]}…; reinstall it: {pip_install(pin)}"
         )
     return data
 

@@ -22,6 +22,7 @@ from tools.active import materialize
 from tools.base import (
     NOTES_HEADING,
     OVERLAY_DIR,
+    PATCH_GLOB,
     PIN_FILE,
     PLACEHOLDER_IDENTITY,
     SERIES_FILE,
@@ -35,6 +36,7 @@ from tools.base import (
     installed_torch,
     patch_message,
     pr_text,
+    read_patch,
     read_pin,
     read_series,
     read_upstream_map,
@@ -161,6 +163,8 @@ def check(repo: Path) -> list[str]:
         problems += pending(repo)
     upstream = read_upstream_map(repo)
     series = read_series(repo)
+    problems += [f"patches/{p.name}: not named in {SERIES_FILE} (add it there, or delete it)"
+                 for p in sorted((repo / "patches").glob(PATCH_GLOB)) if p.name not in series]  # fmt: skip
     problems += upstream_map_problems(upstream, set(pin.files) | changed, series)
     topic_problems = topics.problems(repo)
     problems += topic_problems
@@ -168,7 +172,7 @@ def check(repo: Path) -> list[str]:
         problems += overlay_repo.form_problems(repo, pin, torch, submitted_forms(repo))
     problems += author_problems(repo, series)
     for name in series:
-        text = (repo / "patches" / name).read_bytes()
+        text = read_patch(repo, name)
         if topics.carried_reason(text):  # never submitted: its message is ours alone
             continue
         problems += message_problems(repo, name, text, upstream.issues.get(name, ()))

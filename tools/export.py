@@ -1,13 +1,14 @@
 """`torch-overlay export`: write the overlay's commits back to ``patches/`` and the base record.
 
 Source-only patches (tools/base.py) are not in the overlay; they are kept as they are, after
-the overlay's patches."""
+the overlay's patches. Export never writes over a file of ``patches/`` that changed since the
+overlay was last synced (a pulled patch): it refuses and names it (tools/sync_state.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tools import overlay_repo
+from tools import overlay_repo, sync_state
 from tools.base import (
     OVERLAY_DIR,
     PATCH_GLOB,
@@ -15,6 +16,7 @@ from tools.base import (
     SERIES_HEADER,
     OverlayError,
     Pin,
+    read_patch,
     read_pin,
     read_series,
     sha256,
@@ -34,15 +36,18 @@ def planned(repo: Path) -> tuple[list[tuple[str, bytes]], Pin]:
     patches = overlay_repo.render_patches(overlay)
     for name in source_only_series(repo, pin):
         number = f"{len(patches) + 1:04d}"
-        patches.append(
-            (f"{number}-{name.split('-', 1)[1]}", (repo / "patches" / name).read_bytes())
-        )
+        patches.append((f"{number}-{name.split('-', 1)[1]}", read_patch(repo, name)))
     return patches, Pin(pin.version, pin.git_version, files, pin.source_only)
 
 
 def pending(repo: Path) -> list[str]:
-    """What the overlay holds that ``patches/`` does not: uncommitted edits, unexported commits."""
+    """What the overlay holds that ``patches/`` does not: uncommitted edits, unexported commits.
+    When patches/ changed since the last sync, the overlay is behind, and that is all it says."""
     overlay = repo / OVERLAY_DIR
+    changed = sync_state.behind(repo)
+    if changed:
+        return [f"{OVERLAY_DIR}/ is behind patches/ (changed since the last sync: "
+                f"{', '.join(changed)}); run torch-overlay sync"]  # fmt: skip
     problems = [f"uncommitted edit in {OVERLAY_DIR}/: {line}" for line in
                 overlay_repo.uncommitted(overlay)]  # fmt: skip
     patches, pin = planned(repo)
@@ -68,6 +73,20 @@ def export(repo: Path) -> list[str]:
     """Regenerate patches/ from the overlay; returns the names of files that changed."""
     overlay = repo / OVERLAY_DIR
     overlay_repo.require(overlay)
+    with sync_state.locked(repo):
+        changed = write(repo, overlay)
+        sync_state.record(repo)
+    return changed
+
+
+def write(repo: Path, overlay: Path) -> list[str]:
+    pulled = sync_state.behind(repo)
+    if pulled:
+        raise OverlayError(
+            "patches/ changed since the last sync (" + ", ".join(pulled) + "); exporting would "
+            "overwrite that with the overlay's older version. Run torch-overlay sync first "
+            "(it refuses, naming both sides, if the overlay holds work of its own)"
+        )
     dirty = overlay_repo.uncommitted(overlay)
     if dirty:
         raise OverlayError(

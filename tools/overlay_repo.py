@@ -18,6 +18,7 @@ from tools.base import (
     patch_message,
     patch_paths,
     read_base_file,
+    read_patch,
     read_series,
     source_only_series,
 )
@@ -53,9 +54,7 @@ def build(
     build_base(dest, pin, torch)
     for name in read_series(repo) if names is None else names:
         patch = repo / "patches" / name
-        if not patch.exists():
-            raise OverlayError(f"patches/series names {name}, which does not exist")
-        if is_source_only(pin, patch.read_bytes()):
+        if is_source_only(pin, read_patch(repo, name)):
             continue  # no base to apply it to here; see source_only_commits()
         try:
             apply_patch(dest, patch)
@@ -170,7 +169,7 @@ def source_only_commits(repo: Path, pin: Pin) -> list[Commit]:
     does not hold: always held back on a wheel. Their ``sha`` is empty."""
     result = []
     for name in source_only_series(repo, pin):
-        text = (repo / "patches" / name).read_bytes()
+        text = read_patch(repo, name)
         subject = patch_message(text)[0]
         files = tuple(patch_paths(text))
         reason = "changes files the wheel does not ship: " + ", ".join(files)

@@ -25,6 +25,7 @@ from tools.base import (
     TOPIC_TRAILER,
     OverlayError,
     patch_field,
+    read_patch,
     read_series,
     wheel_stopgap,
 )
@@ -114,7 +115,7 @@ def problems(repo: Path) -> list[str]:
     ]
     used = set()
     for name in read_series(repo):
-        topic = patch_field((repo / "patches" / name).read_bytes(), TOPIC_TRAILER)
+        topic = patch_field(read_patch(repo, name), TOPIC_TRAILER)
         used.add(topic)
         if not topic:
             found.append(f"{name}: no '{TOPIC_TRAILER}: <name>' line (topics: {', '.join(names)})")
@@ -132,7 +133,7 @@ def read_topics(repo: Path) -> Topics:
     members: dict[str, list[str]] = {e["name"]: [] for e in declared(repo)}
     of_patch, carried = {}, {}
     for name in read_series(repo):
-        text = (repo / "patches" / name).read_bytes()
+        text = read_patch(repo, name)
         of_patch[name] = patch_field(text, TOPIC_TRAILER)
         members[of_patch[name]].append(name)
         if carried_reason(text):

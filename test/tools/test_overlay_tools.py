@@ -129,7 +129,7 @@ class OverlayToolsTest(TestCase):
         with self.assertRaisesRegex(OverlayError, pattern):
             sync(self.tmp, force=force)
         self.assertEqual(self.project.state(), before)
-        self.assertEqual([p.name for p in self.tmp.glob(".torch_overlay.*")], [])
+        self.assertEqual([p.name for p in self.tmp.glob(".torch_overlay.*") if p.is_dir()], [])
 
     def test_refuses_wrong_torch_version(self):
         export(self.tmp)
@@ -162,13 +162,21 @@ class OverlayToolsTest(TestCase):
         except OverlayError as error:
             return [str(error)]
 
-    def test_refuses_dirty_overlay(self):
+    def assert_kept(self) -> None:
+        """sync with unexported work and unchanged patches/: nothing to sync, nothing lost."""
+        before = self.project.state()
+        said = []
+        sync(self.tmp, say=said.append)
+        self.assertEqual(self.project.state(), before)
+        self.assertIn("holds work not exported yet", said[0])
+
+    def test_sync_keeps_unexported_work(self):
         export(self.tmp)
         (self.project.overlay / TARGET).write_text("edited\n")
-        self.assert_refused_untouched("uncommitted edit")
+        self.assert_kept()
         git("checkout", TARGET, cwd=self.project.overlay)
         self.project.commit_edit(TARGET, "OVERLAY_MARKER", "OVERLAY_MARKER_2", "[x] y")
-        self.assert_refused_untouched("run torch-overlay export")
+        self.assert_kept()
         self.assertTrue(any("differs from its overlay commit" in p or "differ from patches/series" in p
                             for p in check(self.tmp)))  # fmt: skip
 
@@ -279,6 +287,7 @@ p.patch: '(previous)' points at a PR by its place in the series; name that PR by
 base: torch 2.15.0 (git d0f2af8b66b2), 0 patch(es) in patches/series
 installed: torch 2.15.0+cu132 (git d0f2af8b66b2): matches the base
 overlay: torch_overlay/, no uncommitted edits
+  not exported yet: 3 patch file(s), 3 base file(s) differ from patches/; run torch-overlay export
 venv: not activated
 patches:
   active     [pipelining] Add a marker

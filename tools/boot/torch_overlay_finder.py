@@ -112,8 +112,8 @@ def check_shadowed_torch(root):
             state = f"has sha256 {actual[:16]}…" if actual else "is missing"
             raise ImportError(
                 f"{where}: the overlay replaces {rel}, but {path} {state}, where the pinned "
-                f"base ({pinned}) has sha256 {expected[:16]}…; reinstall "
-                f"torch=={pin['torch_version']} in that environment"
+                f"base ({pinned}) has sha256 {expected[:16]}…; reinstall it: {sys.executable} "
+                f"-m pip install --force-reinstall --no-deps torch=={pin['torch_version']}"
             )
 
 
