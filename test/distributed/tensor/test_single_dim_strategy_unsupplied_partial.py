@@ -48,6 +48,22 @@ class DistUnsuppliedPartialRulesTest(DTensorTestBase):
         return DTensor.from_local(local, mesh, placements, run_check=False)
 
     @with_comms
+    def test_inplace_rules_drop_partials_self_lacks(self):
+        from torch.distributed.tensor import init_device_mesh
+
+        mesh = init_device_mesh(self.device_type, (2, 2, 2))
+        x, y = self._dtensor(mesh, Partial("sum")), self._dtensor(mesh, Partial("sum"))
+        expected = x.to_local() + y.to_local()
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            out, rules = self._rules_used(lambda a, b: a.add_(b), x, y)
+        self_partials = {rule[1] for rule in rules if isinstance(rule[1], Partial)}
+        self.assertEqual(self_partials, {Partial("sum")})
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(out.placements, (Shard(0), Replicate(), Partial("sum")))
+        self.assertEqual(out.to_local(), expected)
+
+    @with_comms
     def test_unary_rules_drop_partials_the_input_lacks(self):
         from torch.distributed.tensor import init_device_mesh
 
@@ -72,7 +88,7 @@ class DistUnsuppliedPartialRulesTest(DTensorTestBase):
                 self.assertEqual(out.to_local(), expected, name)
 
     @with_comms
-    def test_multi_input_rules_drop_product_and_bitwise_partials_no_input_carries(self):
+    def test_multi_input_rules_drop_partials_no_input_carries(self):
         from torch.distributed.tensor import init_device_mesh
 
         mesh = init_device_mesh(self.device_type, (2, 2, 2))
@@ -81,7 +97,9 @@ class DistUnsuppliedPartialRulesTest(DTensorTestBase):
         with comm_mode:
             out, rules = self._rules_used(lambda a, b: torch.cat([a, b], dim=1), x, y)
         reduce_ops = {p.reduce_op for rule in rules for p in rule[1:] if isinstance(p, Partial)}
-        self.assertEqual(reduce_ops & {"product", "band", "bor", "bxor"}, set())
+        # only the carried Partial(sum): the others would need both inputs converted,
+        # which is never cheaper than the all-Replicate rule
+        self.assertEqual(reduce_ops, {"sum"})
         self.assertEqual(comm_mode.get_total_counts(), 0)
         self.assertEqual(out.placements, (Shard(0), Replicate(), Partial("sum")))
         self.assertEqual(out.to_local(), torch.cat([x.to_local(), y.to_local()], dim=1))
