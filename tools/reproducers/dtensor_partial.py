@@ -127,8 +127,18 @@ def accumulate_grad_reduces_partial_grad() -> Outcome:
 
 
 CAST_PATCH = (
-    "[DTensor] Keep a pending reduction through dtype casts and view(dtype) only when it commutes"
+    "[DTensor] Reduce a Partial DTensor before a dtype cast that does not commute with its "
+    "reduction"
 )
+INT_SUM_CAST_PATCH = (
+    "[DTensor] Reduce an integer Partial(sum) before casting it to a wider integer or a "
+    "floating dtype"
+)
+PRIMS_CAST_PATCH = (
+    "[DTensor] prims.convert_element_type keeps a pending sum through widening casts, like "
+    "_to_copy"
+)
+VIEW_DTYPE_PATCH = "[DTensor] view(dtype) of a Partial DTensor reduces it first"
 
 
 def cast_outcome(reduce_op: str, per_rank: dict, truth: list, cast) -> Outcome:
@@ -143,7 +153,7 @@ def cast_outcome(reduce_op: str, per_rank: dict, truth: list, cast) -> Outcome:
 @reproducer(
     bug="P(sum) int8 100+1, 100+2 .to(int32) keeps Partial (the int8 sum wraps)",
     upstream="-",
-    patch=CAST_PATCH,
+    patch=INT_SUM_CAST_PATCH,
 )
 def partial_sum_widening_int_cast() -> Outcome:
     import torch
@@ -156,19 +166,46 @@ def partial_sum_widening_int_cast() -> Outcome:
 
 
 @reproducer(
-    bug="prims.convert_element_type of P(sum) f32 -> bf16 all-reduces (eager .to does not)",
-    upstream="pytorch/pytorch#183363",
+    bug="P(sum) int64 2**24+1, 1 .float() rounds per rank (16777216, truth 16777218)",
+    upstream="-",
+    patch=INT_SUM_CAST_PATCH,
+)
+def partial_sum_int64_to_float_rounds() -> Outcome:
+    import torch
+
+    per_rank = {0: torch.tensor([2**24 + 1]), 1: torch.tensor([1])}
+    return cast_outcome("sum", per_rank, [16777218.0], lambda t: t.float())
+
+
+@reproducer(
+    bug="P(sum) f32 70000, -70000 .to(float16) keeps Partial and reads nan (truth 0)",
+    upstream="-",
     patch=CAST_PATCH,
+)
+def partial_sum_narrowing_float_cast() -> Outcome:
+    import torch
+
+    per_rank = {0: torch.tensor([70000.0, 1.0]), 1: torch.tensor([-70000.0, 2.0])}
+    return cast_outcome("sum", per_rank, [0.0, 3.0], lambda t: t.to(torch.float16))
+
+
+@reproducer(
+    bug="prims.convert_element_type of P(sum) bf16 -> f32 all-reduces in bf16 (eager .to does not)",
+    upstream="pytorch/pytorch#183363",
+    patch=PRIMS_CAST_PATCH,
 )
 def partial_prims_convert_element_type() -> Outcome:
     import torch
     from torch.distributed.tensor.debug import CommDebugMode
 
-    per_rank = {0: torch.tensor([1.5, 2.0]), 1: torch.tensor([0.25, -1.0])}
+    per_rank = {
+        0: torch.tensor([1.5, 2.0], dtype=torch.bfloat16),
+        1: torch.tensor([0.25, -1.0], dtype=torch.bfloat16),
+    }
     dt, mode = two_rank_partial("sum", lambda r: per_rank[r])
     comm = CommDebugMode()
     with mode, comm:
-        out = torch.ops.prims.convert_element_type(dt, torch.bfloat16)
+        out = torch.ops.prims.convert_element_type(dt, torch.float32)
     value = full_value(out, mode)
     ok = value == [1.75, 1.0] and comm.get_total_counts() == 0
     return Outcome(
@@ -198,7 +235,9 @@ def partial_sum_int_cast_in_inference_mode() -> Outcome:
         return cast_outcome("sum", per_rank, [3], lambda t: t.int())
 
 
-@reproducer(bug="P(sum) float32 .view(int32) sums bit patterns", upstream="-", patch=CAST_PATCH)
+@reproducer(
+    bug="P(sum) float32 .view(int32) sums bit patterns", upstream="-", patch=VIEW_DTYPE_PATCH
+)
 def partial_sum_view_dtype() -> Outcome:
     import torch
 

@@ -164,6 +164,40 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(weight.grad.full_tensor(), self._truth())
 
 
+    def _check_fill(self, mesh, reduce_op):
+        # fill_ writes v on every rank. Upstream pins the resulting sum for
+        # Partial("sum") (test_fill_inplace_partial_sum); avg/min/max read v.
+        # For product and the bitwise reductions that value is not a fill
+        # (v ** world_size, 0 for bxor at an even world size): they have no
+        # plan and raise, leaving the DTensor unchanged.
+        is_int = reduce_op in ("band", "bor", "bxor")
+        local = map_local_for_rank(
+            self.rank, lambda r: torch.tensor([[3, 1], [2, 5]]) + r if is_int else rank_values(r)
+        )
+        dt = DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+        before = dt.to_local().clone()
+        value = 5 if is_int else 2.5
+        comm_mode = CommDebugMode()
+        if reduce_op in ("sum", "avg", "min", "max"):
+            with comm_mode:
+                dt.fill_(value)
+            self.assertEqual(comm_mode.get_total_counts(), 0)
+            self.assertEqual(dt.placements, (Partial(reduce_op),))
+            truth = torch.full((2, 2), value * (self.world_size if reduce_op == "sum" else 1))
+            self.assertEqual(dt.full_tensor(), truth)
+        else:
+            with self.assertRaisesRegex(RuntimeError, "placement"), comm_mode:
+                dt.fill_(value)
+            self.assertEqual(comm_mode.get_total_counts(), 0)
+            self.assertEqual(dt.to_local(), before)
+
+    @with_comms
+    def test_fill_keeps_a_pending_reduction_only_where_it_means_a_fill(self):
+        mesh = self.build_device_mesh()
+        reduce_ops = ["sum", "avg", "min", "max", "product", "band", "bor", "bxor"]
+        self.run_subtests({"reduce_op": reduce_ops}, self._check_fill, mesh)
+
+
 DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(DistPartialProductTest)
 
 

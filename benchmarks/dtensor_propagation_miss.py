@@ -1,0 +1,353 @@
+"""DTensor sharding-propagation cost on a cache MISS: stock torch vs the overlay, one run.
+
+    python benchmarks/dtensor_propagation_miss.py [--reps N] [--quick] [--only TEXT]
+                                                  [--meshes 1,2,3] [--out FILE]
+
+`dtensor_dispatch.py` times cache hits. Tracing (torch.compile, export) bypasses the
+sharding-propagation caches, so every traced op pays the miss cost, and that cost grows
+with the mesh's dimensions (single-dim rules are expanded over every mesh dim). This script
+clears every sharding-propagation cache (the Python LRU cache of propagate_op_sharding, the
+tensor-meta cache and the native fast-path cache) before each call and times that one call,
+for every op a DTensor patch of the dtensor-partial topic touches, on a 1-D (2), 2-D (2x2)
+and 3-D (2x2x2) mesh.
+
+Two long-lived workers, one on stock torch and one with the overlay's active patches, are
+driven with interleaved repetitions (stock rep i, overlay rep i, ...). Each worker is rank 0
+of 8 on the fake process group; the 1-D and 2-D meshes are submeshes of the (2, 2, 2) mesh.
+Inputs carry Partial(sum) on the last mesh dim: [P], [S(0), P], [S(0), R, P] (plus a few
+product / bitwise rows). The time is the worker's CPU time per call (time.process_time).
+
+Prints per row: median ms per call (stock, overlay), the overlay/stock ratio (median of
+per-repetition ratios) and flags rows slower than 1.05x. Writes reports/dtensor_propagation_miss.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD_SIZE = 8
+RATIO_LIMIT = 1.05
+
+
+# --------------------------------------------------------------------------------------
+# Worker side.
+
+
+def cases(meshes):
+    """(name, setup) pairs; setup() returns a callable that runs the op once."""
+    import torch
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    def placements(ndim, last):
+        return {1: [last], 2: [Shard(0), last], 3: [Shard(0), Replicate(), last]}[ndim]
+
+    def dtensor(mesh, last=Partial(), dtype=torch.float32, shape=(8, 8)):
+        local = torch.ones(shape, dtype=dtype)
+        full_shape = torch.Size(shape)
+        return DTensor.from_local(
+            local[: shape[0] // 2] if mesh.ndim > 1 else local,
+            mesh,
+            placements(mesh.ndim, last),
+            run_check=False,
+            shape=full_shape if mesh.ndim > 1 else None,
+            stride=local.stride() if mesh.ndim > 1 else None,
+        )
+
+    def op(fn, last=None, dtype=torch.float32, shape=(8, 8), n_inputs=1):
+        def make(mesh):
+            def setup():
+                xs = [
+                    dtensor(mesh, Partial() if last is None else last, dtype, shape)
+                    for _ in range(n_inputs)
+                ]
+                return lambda: fn(*xs)
+
+            return setup
+
+        return make
+
+    def replicate_plus(fn):
+        def make(mesh):
+            def setup():
+                x = dtensor(mesh)
+                r = DTensor.from_local(
+                    torch.ones(8, 8), mesh, [Replicate()] * mesh.ndim, run_check=False
+                )
+                return lambda: fn(x, r)
+
+            return setup
+
+        return make
+
+    def index_select(x):
+        index = DTensor.from_local(
+            torch.tensor([1, 0]), x.device_mesh, [Replicate()] * x.ndim, run_check=False
+        )
+        return x.index_select(0, index)
+
+    aten, prims = torch.ops.aten, torch.ops.prims
+    f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
+    product, bxor = Partial("product"), Partial("bxor")
+    rows = [
+        # casts and view(dtype)
+        ("to(bf16)", op(lambda x: x.to(bf16))),
+        ("to(f64)", op(lambda x: x.to(torch.float64))),
+        ("to(int32)", op(lambda x: x.to(i32))),
+        ("int64 .float()", op(lambda x: x.float(), dtype=i64)),
+        ("prims.convert_element_type(bf16)", op(lambda x: prims.convert_element_type(x, bf16))),
+        ("bf16 prims.convert_element_type(f32)",
+         op(lambda x: prims.convert_element_type(x, f32), dtype=bf16)),  # fmt: skip
+        ("view(int32)", op(lambda x: x.view(i32))),
+        # one-input pass-through, fill_, zero_
+        ("clone", op(lambda x: x.clone())),
+        ("detach", op(lambda x: x.detach())),
+        ("alias", op(lambda x: aten.alias(x))),
+        ("contiguous", op(lambda x: aten.contiguous(x))),
+        ("fill_(1.5)", op(lambda x: x.fill_(1.5))),
+        ("zero_", op(lambda x: x.zero_())),
+        ("clone P(product)", op(lambda x: x.clone(), last=product)),
+        ("clone int P(bxor)", op(lambda x: x.clone(), last=bxor, dtype=i64)),
+        # views and selections
+        ("t", op(lambda x: x.t())),
+        ("t P(product)", op(lambda x: x.t(), last=product)),
+        ("x[:, 1]", op(lambda x: x[:, 1])),
+        ("x[1]", op(lambda x: x[1])),
+        ("x[:, 2:]", op(lambda x: x[:, 2:])),
+        ("x[:, 1] P(product)", op(lambda x: x[:, 1], last=product)),
+        ("split", op(lambda x: x.split(4, dim=1))),
+        ("unbind", op(lambda x: x.unbind(1))),
+        ("cat", op(lambda x, y: torch.cat([x, y], dim=1), n_inputs=2)),
+        ("cat P(product)", op(lambda x, y: torch.cat([x, y], dim=1), last=product, n_inputs=2)),
+        ("index_select", op(index_select)),
+        # factories
+        ("new_zeros", op(lambda x: x.new_zeros((8, 8)))),
+        ("new_empty", op(lambda x: x.new_empty((8, 8)))),
+        ("empty_like", op(lambda x: torch.empty_like(x))),
+        ("zeros_like", op(lambda x: torch.zeros_like(x))),
+        # pointwise / copy / redistribution
+        ("_foreach_zero_ (4) R", op(lambda *xs: torch._foreach_zero_(list(xs)),
+                                    last=Replicate(), n_inputs=4)),  # fmt: skip
+        ("copy_ P <- P", op(lambda x, y: x.copy_(y), n_inputs=2)),
+        ("P + R", replicate_plus(lambda x, r: x + r)),
+        ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
+        # norms and pooling
+        ("vector_norm(2)", op(lambda x: torch.linalg.vector_norm(x))),
+        ("vector_norm(inf) P(max)", op(lambda x: torch.linalg.vector_norm(x, float("inf")),
+                                        last=Partial("max"))),  # fmt: skip
+        ("linalg._powsum(2)", op(lambda x: aten.linalg__powsum(x, 2))),
+        ("_foreach_powsum(2) (2)",
+         op(lambda x, y: aten._foreach_powsum([x, y], 2), n_inputs=2)),  # fmt: skip
+        ("avg_pool2d int64", op(lambda x: torch.nn.functional.avg_pool2d(x, 2),
+                                dtype=i64, shape=(2, 4, 4))),  # fmt: skip
+        ("avg_pool2d", op(lambda x: torch.nn.functional.avg_pool2d(x, 2), shape=(2, 4, 4))),
+    ]
+    return [
+        (f"{name} [{mesh.ndim}-D]", make(mesh)) for mesh in meshes for name, make in rows
+    ]
+
+
+def clear_caches() -> None:
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    _clear_sharding_prop_cache()
+    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+
+
+def time_miss(run, calls: int) -> dict:
+    cpu = 0.0
+    gc.disable()
+    try:
+        for _ in range(calls):
+            clear_caches()
+            start = time.process_time()
+            run()
+            cpu += time.process_time() - start
+    finally:
+        gc.enable()
+    return {"ms": 1e3 * cpu / calls}
+
+
+def worker(ndims: list[int]) -> None:
+    import os
+
+    reply_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    torch.set_num_threads(1)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
+    mesh3 = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
+    by_ndim = {1: mesh3["c"], 2: mesh3["b", "c"], 3: mesh3}
+    setups = dict(cases([by_ndim[n] for n in ndims]))
+    runs: dict[str, object] = {}
+
+    def reply(message: dict) -> None:
+        reply_stream.write(json.dumps(message) + "\n")
+        reply_stream.flush()
+
+    reply({"rows": list(setups)})
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["cmd"] == "prepare":
+                run = setups[request["row"]]()
+                run()  # imports, lazy registrations
+                runs[request["row"]] = run
+                reply({"ok": True})
+            elif request["cmd"] == "rep":
+                reply(time_miss(runs[request["row"]], request["calls"]))
+        except Exception as error:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
+
+
+# --------------------------------------------------------------------------------------
+# Driver side.
+
+
+class Worker:
+    def __init__(self, label: str, env: dict[str, str], ndims: str, log_dir: Path):
+        self.label = label
+        self.log = log_dir / f"{label}.stderr"
+        command = [sys.executable, __file__, "--worker", "--meshes", ndims]
+        self.proc = subprocess.Popen(
+            command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log.open("w"), text=True,
+        )  # fmt: skip
+        self.rows = self.receive()["rows"]
+
+    def receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.stderr.write(self.log.read_text())
+            raise SystemExit(f"the {self.label} worker exited (stderr above)")
+        return json.loads(line)
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def summarize(name: str, prepared: dict, reps: dict) -> dict:
+    row: dict = {"name": name}
+    for label in ("stock", "overlay"):
+        errors = [r["error"] for r in [prepared[label], *reps[label]] if "error" in r]
+        if errors:
+            row[label] = {"error": errors[0]}
+        elif not reps[label]:
+            row[label] = {"error": "not timed (the other variant failed)"}
+        else:
+            times = [r["ms"] for r in reps[label]]
+            row[label] = {"median_ms": statistics.median(times), "min_ms": min(times)}
+    if any("error" in row[label] for label in ("stock", "overlay")):
+        row["ratio"], row["flags"] = None, ["error"]
+        return row
+    paired = [o["ms"] / s["ms"] for s, o in zip(reps["stock"], reps["overlay"], strict=True)]
+    row["ratio"] = statistics.median(paired)
+    row["flags"] = ["slower"] if row["ratio"] > RATIO_LIMIT else []
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=9, help="repetitions per row and variant")
+    parser.add_argument("--calls", type=int, default=3, help="cleared-cache calls per repetition")
+    parser.add_argument("--quick", action="store_true", help="3 repetitions of 1 call")
+    parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
+    parser.add_argument("--meshes", default="1,2,3", help="mesh dims to run, e.g. 3 or 1,2,3")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "reports" / "dtensor_propagation_miss.json"
+    )
+    args = parser.parse_args()
+    ndims = [int(n) for n in args.meshes.split(",")]
+    if args.worker:
+        worker(ndims)
+        return
+    if args.quick:
+        args.reps, args.calls = 3, 1
+
+    sys.path.insert(0, str(REPO))
+    from tools.active import environment, materialize, tree_digest
+
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        plan = materialize(REPO, tree)
+        overlay_files = tree_digest(tree)
+        workers = {
+            "stock": Worker("stock", environment(None), args.meshes, Path(scratch)),
+            "overlay": Worker("overlay", environment(tree), args.meshes, Path(scratch)),
+        }
+        names = [
+            n for n in workers["stock"].rows if not args.only or any(t in n for t in args.only)
+        ]
+        if not names:
+            raise SystemExit(f"no row matches {args.only}")
+        rows = []
+        for name in names:
+            prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
+            reps: dict[str, list] = {"stock": [], "overlay": []}
+            if not any("error" in p for p in prepared.values()):
+                for i in range(args.reps):
+                    for label, w in list(workers.items())[:: 1 if i % 2 == 0 else -1]:
+                        reps[label].append(w.ask(cmd="rep", row=name, calls=args.calls))
+                    if any("error" in r[-1] for r in reps.values()):
+                        break
+            row = summarize(name, prepared, reps)
+            rows.append(row)
+            s, o = row["stock"], row["overlay"]
+            if row["ratio"] is None:
+                print(f"{name:44} stock {s.get('error', 'ok')} | overlay {o.get('error', 'ok')}")
+            else:
+                print(f"{name:44} {s['median_ms']:9.2f} {o['median_ms']:9.2f} "
+                      f"{row['ratio']:6.2f}x  {', '.join(row['flags'])}", flush=True)  # fmt: skip
+        for w in workers.values():
+            w.close()
+
+    timed = [r for r in rows if r["ratio"] is not None]
+    worst = max(timed, key=lambda r: r["ratio"], default=None)
+    flagged = [r["name"] for r in rows if r["flags"]]
+    print(f"overlay: {plan.summary()}; rank 0 of {WORLD_SIZE} on the fake process group; "
+          f"columns: row, stock ms, overlay ms (median CPU ms per cache-missing call), ratio")  # fmt: skip
+    if worst:
+        print(f"worst ratio: {worst['ratio']:.2f}x ({worst['name']}); "
+              f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x or error)")  # fmt: skip
+    report = {
+        "overlay_files": overlay_files,
+        "partial": bool(args.only or args.quick or args.meshes != "1,2,3"),
+        "overlay": plan.summary(),
+        "reps": args.reps,
+        "calls": args.calls,
+        "ratio_limit": RATIO_LIMIT,
+        "worst": {"row": worst["name"], "ratio": worst["ratio"]} if worst else None,
+        "flagged": flagged,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
