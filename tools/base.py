@@ -243,7 +243,17 @@ class UpstreamMap:
 
     tests: dict[str, list[str]]  # touched source path -> upstream test files
     select: dict[str, str]  # upstream test file -> pytest -k expression
-    issues: dict[str, list[int]]  # patch file name -> upstream issue numbers it fixes
+    # patch file name without its number (``patch_slug``) -> upstream issues it fixes; the
+    # number changes whenever a patch is inserted before it, the rest of the name does not
+    issues: dict[str, list[int]]
+
+    def issues_of(self, name: str) -> list[int]:
+        return self.issues.get(patch_slug(name), [])
+
+
+def patch_slug(name: str) -> str:
+    """A patch file name without its series number: ``0007-DTensor-x.patch`` -> ``DTensor-x.patch``."""
+    return re.sub(r"^\d{4}-", "", name)
 
 
 def read_upstream_map(repo: Path) -> UpstreamMap:
@@ -260,7 +270,8 @@ def read_upstream_map(repo: Path) -> UpstreamMap:
         tests={source: list(files) for source, files in data.get("tests", {}).items()},
         select=dict(data.get("select", {})),
         issues={
-            name: [int(n) for n in numbers] for name, numbers in data.get("issues", {}).items()
+            patch_slug(name): [int(n) for n in numbers]
+            for name, numbers in data.get("issues", {}).items()
         },
     )
 

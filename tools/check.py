@@ -35,6 +35,7 @@ from tools.base import (
     check_installed,
     installed_torch,
     patch_message,
+    patch_slug,
     pr_text,
     read_patch,
     read_pin,
@@ -136,7 +137,7 @@ def upstream_map_problems(upstream: UpstreamMap, touched: set[str], series: list
     problems += [
         f'{UPSTREAM_MAP_FILE}: "issues" names {name}, which is not in {SERIES_FILE}'
         for name in upstream.issues
-        if name not in series
+        if name not in {patch_slug(n) for n in series}
     ]
     return problems
 
@@ -175,7 +176,7 @@ def check(repo: Path) -> list[str]:
         text = read_patch(repo, name)
         if topics.carried_reason(text):  # never submitted: its message is ours alone
             continue
-        problems += message_problems(repo, name, text, upstream.issues.get(name, ()))
+        problems += message_problems(repo, name, text, upstream.issues_of(name))
     subjects = set(series_subjects(repo).values())
     problems += [f"{name}: its {WHEEL_STOPGAP_TRAILER} names {by!r}, which is not a patch "
                  "of the series" for name, by in wheel_stopgaps(repo).items()

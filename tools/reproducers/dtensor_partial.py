@@ -135,8 +135,7 @@ INT_SUM_CAST_PATCH = (
     "floating dtype"
 )
 PRIMS_CAST_PATCH = (
-    "[DTensor] prims.convert_element_type keeps a pending sum through widening casts, like "
-    "_to_copy"
+    "[DTensor] prims.convert_element_type keeps a pending sum through widening casts, like _to_copy"
 )
 VIEW_DTYPE_PATCH = "[DTensor] view(dtype) of a Partial DTensor reduces it first"
 
