@@ -55,6 +55,7 @@ PLACEHOLDER_IDENTITY = re.compile(
     re.I,
 )
 UNASSIGNED_AUTHOR = f"{GIT_ENV['GIT_AUTHOR_NAME']} <{GIT_ENV['GIT_AUTHOR_EMAIL']}>"
+UNASSIGNED_DATE = GIT_ENV["GIT_AUTHOR_DATE"][:10]  # a commit date that means "no date yet"
 # User-level git settings that would change generated patch text.
 GIT_CONFIG = [
     "-c", "diff.noprefix=false",

@@ -65,7 +65,9 @@ def check_python(repo: Path, python: str | None, dry_run: bool) -> str:
             "python3 -m venv ~/pytorch-build && ~/pytorch-build/bin/pip install -r "
             "<checkout>/requirements-build.txt, then --python ~/pytorch-build/bin/python)"
         )
-    resolved = shutil.which(python) or python
+    resolved = shutil.which(python)
+    if resolved is None:
+        raise OverlayError(f"--python {python}: no such Python; nothing was changed")
     venv = (repo / ".venv").resolve()
     prefix = subprocess.run(
         [resolved, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True

@@ -25,8 +25,10 @@ from tools.base import (
     PATCH_GLOB,
     PIN_FILE,
     PLACEHOLDER_IDENTITY,
+    PROJECT_TRAILERS,
     SERIES_FILE,
     UNASSIGNED_AUTHOR,
+    UNASSIGNED_DATE,
     UPSTREAM_MAP_FILE,
     WHEEL_STOPGAP_TRAILER,
     InstalledTorch,
@@ -63,28 +65,45 @@ TEST_COMMAND = re.compile(r"(?:python|pytest)\S*\s+(?:-m pytest\s+)?(test/\S+\.p
 # What the PR text (tools/base.py: pr_text) may not contain: this project's tools, files
 # and framing, and copies of upstream files from forks. They belong under "Overlay notes:".
 SCAFFOLDING = {
-    r"torch[-_]overlay": "this project's tool",
+    r"torch[-_]overlay|\boverlay\b": "this project's tool",
     r"\.upstream-tests|tools/reproducers": "this project's files",
-    r"\bthe series\b": "this project's framing (upstream sees one PR)",
-    r"\bstock\b": "this project's framing (say 'main' or 'without this PR')",
-    r"\btorch 2\.\d+(?:\.\d+)?\b|\bon 2\.\d+\.\d+\b": "a release (upstream reads 'on main')",
-    r"\b(?!pytorch/)[\w.-]+/[\w.-]+@[0-9a-f]{7,40}\b|\(stored copy|\bstored copies\b": (
-        "a copy of an upstream file (fork or stored copy)"
+    r"\b(?:the|this|our) series\b(?!\s+(?:of|expansion)\b)": (
+        "this project's framing (upstream sees one PR)"
     ),
+    r"\bstock\b": "this project's framing (say 'main' or 'without this PR')",
+    # forks of pytorch/pytorch, by owner/repo@sha, URL or "owner/pytorch at sha"
+    r"\b(?!pytorch/)[\w.-]+/pytorch(?:-[\w.]+)?(?:@|/blob/|/tree/|/commit/|\s+at\s+)[0-9a-f]{7,40}\b"
+    r"|\(stored copy|\bstored copies\b": "a copy of an upstream file (fork or stored copy)",
+    # ghstack takes this anywhere in a message for "update that PR"
+    r"(?:Pull Request resolved|Pull-Request-resolved|Pull-Request): https?://\S+": (
+        "ghstack's pull-request line (it would update that PR)"
+    ),
+    r"^\W*overlay\s*notes\W*$": "a misspelt notes heading (it must read exactly 'Overlay notes:')",
 }
+# This project's trailers, spelt otherwise: silently ignored (a "Carried-only:" patch would
+# be submitted).
+MISSPELT_TRAILER = re.compile(
+    r"^(topic|wheel[- _]?stopgap|requires[- _]?source[- _]?build|carried[- _]?only)\s*:",
+    re.I | re.M,
+)
 
 
 def scaffolding_problems(repo: Path, name: str, text: str) -> list[str]:
     """Project scaffolding in the PR text that upstream would receive."""
     rules = dict(SCAFFOLDING)
+    version = re.escape(read_pin(repo).version)  # the base release: upstream reads "main"
+    short = re.escape(read_pin(repo).version.rsplit(".", 1)[0])
+    rules[rf"\b(?:py)?torch\s*(?:==|v)?\s*(?:{version}|{short})\b|\b{version}\b"] = (
+        "the base release (upstream reads 'on main')"
+    )
     own = sorted(p.name for p in (repo / "benchmarks").glob("*.py"))
     if own:
         rules[r"benchmarks/(?:" + "|".join(map(re.escape, own)) + ")"] = "this project's benchmark"
     problems = []
     for pattern, what in rules.items():
-        for found in dict.fromkeys(m.group() for m in re.finditer(pattern, text, re.I)):
+        for found in dict.fromkeys(m.group() for m in re.finditer(pattern, text, re.I | re.M)):
             problems.append(
-                f"{name}: the PR text names {found!r} ({what}); move it under "
+                f"{name}: the PR text names {found.strip()!r} ({what}); move it under "
                 f"'{NOTES_HEADING}' or reword"
             )
     return problems
@@ -113,9 +132,11 @@ def message_problems(
                  if not (repo / t).is_file()]  # fmt: skip
     fixed = set()
     for line in body.splitlines():
-        if line.startswith("Fixes") and not FIXES.match(line.strip()):
+        if re.match(r"Fixes\s*[:#]|Fixes\s+(?:pytorch/|https?://)", line) and not FIXES.match(
+            line.strip()
+        ):
             problems.append(f"{name}: {line.strip()!r} should read 'Fixes #N'")
-        elif line.startswith("Fixes"):
+        elif FIXES.match(line.strip()):
             fixed.add(int(re.findall(r"\d+", line)[-1]))
     problems += [f"{name}: {UPSTREAM_MAP_FILE} says it fixes #{n}; add the line 'Fixes #{n}'"
                  for n in known_issues if n not in fixed]  # fmt: skip
@@ -172,6 +193,9 @@ def check(repo: Path) -> list[str]:
     if not topic_problems:
         problems += overlay_repo.form_problems(repo, pin, torch, submitted_forms(repo))
     problems += author_problems(repo, series)
+    problems += trailer_problems(repo, series)
+    if not topic_problems:
+        problems += shared_test_problems(repo)
     for name in series:
         text = read_patch(repo, name)
         if topics.carried_reason(text):  # never submitted: its message is ours alone
@@ -230,7 +254,9 @@ def author_problems(repo: Path, series: list[str]) -> list[str]:
                 f"{name}: author {author!r} is a placeholder; give the commit its real author "
                 f"(git commit --amend --author=...) or the unassigned {unassigned!r}"
             )
-        elif email.utils.parsedate_to_datetime(date).year < 2016:
+        elif (when := email.utils.parsedate_to_datetime(date)).year < 2016 and (
+            when.date().isoformat() != UNASSIGNED_DATE  # no date yet: build and stack date it
+        ):
             problems.append(f"{name}: author date {date!r} is not a real date")
     return problems
 
@@ -241,3 +267,38 @@ def unassigned_patches(repo: Path) -> list[str]:
     unassigned = UNASSIGNED_AUTHOR
     return [n for n in read_series(repo)
             if patch_author((repo / "patches" / n).read_bytes())[0] == unassigned]  # fmt: skip
+
+
+def trailer_problems(repo: Path, series: list[str]) -> list[str]:
+    """This project's trailers spelt otherwise, which every verb would silently ignore."""
+    problems = []
+    for name in series:
+        message = patch_message(read_patch(repo, name))[1]
+        for found in MISSPELT_TRAILER.finditer(message):
+            line = message[found.start() :].split("\n", 1)[0]
+            if not any(line.startswith(f"{t}:") for t in PROJECT_TRAILERS):
+                problems.append(
+                    f"{name}: {line.strip()!r} is not read; the project's lines are spelt "
+                    + ", ".join(f"'{t}:'" for t in PROJECT_TRAILERS)
+                )
+    return problems
+
+
+def shared_test_problems(repo: Path) -> list[str]:
+    """A test file named by two PRs of one topic: stack places the file as it is now in
+    both, so the earlier PR would carry (and fail on) the later one's tests."""
+    from tools.stack import tests_for
+
+    found = topics.read_topics(repo)
+    problems = []
+    for topic in found.topics.values():
+        seen: dict[str, str] = {}
+        for name in found.submitted(topic):
+            for test in tests_for(repo, name):
+                if test in seen:
+                    problems.append(
+                        f"{name}: its Test Plan names {test}, as {seen[test]} does; give each "
+                        "PR of a topic its own test file"
+                    )
+                seen.setdefault(test, name)
+    return problems

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tools.base import (
     PLACEHOLDER_IDENTITY,
+    UNASSIGNED_DATE,
     OverlayError,
     git,
     is_source_only,
@@ -113,11 +114,17 @@ def start_commit(repo: Path, src: Path, onto_head: bool) -> str:
 
 
 def refuse_existing(src: Path, branches: list[str]) -> None:
+    """Refuse branch names git would reject, and names taken by a branch or by its path
+    (``a/b`` cannot be created beside a branch ``a``, nor ``a`` beside ``a/b``)."""
+    bad = [b for b in branches
+           if git("check-ref-format", "--branch", b, cwd=src, check=False).strip() != b]  # fmt: skip
+    if bad:
+        raise OverlayError(f"not a valid branch name: {', '.join(bad)}; nothing was changed")
+    refs = git("for-each-ref", "--format=%(refname:short)", "refs/heads/", cwd=src).split()
     existing = [
-        b
-        for b in branches
-        if git("rev-parse", "--verify", "-q", f"refs/heads/{b}", cwd=src, check=False).strip()
-    ]
+        b for b in branches
+        if any(r == b or r.startswith(f"{b}/") or b.startswith(f"{r}/") for r in refs)
+    ]  # fmt: skip
     if existing:
         raise OverlayError(
             f"branch {', '.join(existing)} already exists in {src}; delete it "
@@ -166,9 +173,18 @@ def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way:
                 *three_way_args(repo, name, three_way),
                 str(repo / "patches" / name),
             ]
+            before = git("write-tree", cwd=src, env=env)
             try:
                 git(*args, cwd=src, env=env)
+                if git("write-tree", cwd=src, env=env) == before:
+                    raise OverlayError(
+                        f"{name} is already in {base[:12]} (applying it changes nothing); "
+                        "the start commit has it: drop it from the series or start from the "
+                        "pinned base; nothing was changed"
+                    )
             except OverlayError as error:
+                if "is already in" in str(error):
+                    raise
                 # `git apply -3` lists conflicted paths as "U path"; plain apply says
                 # "error: patch failed: path:line".
                 found = re.findall(r"^U (\S+)$|^error: patch failed: ([^:]+):", str(error), re.M)
@@ -181,15 +197,16 @@ def check_applies(repo: Path, src: Path, base: str, names: list[str], three_way:
 
 
 def refuse_untracked(repo: Path, src: Path, plans: list[BranchPlan], extra: list[str]) -> None:
-    """An untracked file where a branch writes would be overwritten or committed."""
+    """A file the start commit does not track, where a branch writes, would be overwritten or
+    committed (ignored files included: ``git status`` does not show them)."""
     written = {p for bp in plans for name, _ in bp.patches
                for p in patch_paths((repo / "patches" / name).read_bytes())}  # fmt: skip
-    untracked = git("ls-files", "--others", "--exclude-standard", cwd=src).splitlines()
-    clashes = sorted(set(untracked) & (written | set(extra)))
+    tracked = set(git("ls-tree", "-r", "--name-only", plans[0].base, cwd=src).splitlines())
+    clashes = sorted(p for p in written | set(extra) if (src / p).exists() and p not in tracked)
     if clashes:
         raise OverlayError(
-            f"untracked files in {src} are in the way of the branch: {', '.join(clashes)}; "
-            "move them away first; nothing was changed"
+            f"files in {src} that git does not track are in the way of the branch: "
+            f"{', '.join(clashes)}; move them away first; nothing was changed"
         )
 
 
@@ -209,11 +226,18 @@ def create(repo: Path, branch_plan: BranchPlan, amend: Callable[[str], None] | N
         for name, _ in branch_plan.patches:
             am = ["am", "-q", "--keep-non-patch",
                   *three_way_args(repo, name, branch_plan.onto_head)]  # fmt: skip
+            before = git("rev-parse", "HEAD", cwd=src).strip()
             git(*am, str(repo / "patches" / name), cwd=src, fixed_identity=False)
-            author = git("log", "-1", "--format=%an <%ae>", cwd=src).strip()
+            if git("rev-parse", "HEAD", cwd=src).strip() == before:  # "already applied"
+                raise OverlayError(f"{name} made no commit: the start commit already has it")
+            author, date = git("log", "-1", "--format=%an <%ae>%x00%ad", "--date=iso-strict",
+                               cwd=src).strip().split("\0")  # fmt: skip
             if PLACEHOLDER_IDENTITY.search(author):
-                git("commit", "-q", "--amend", "--no-edit", "--reset-author", cwd=src,
-                    fixed_identity=False)  # fmt: skip
+                git("commit", "-q", "--amend", "--no-edit", "--cleanup=verbatim",
+                    "--reset-author", cwd=src, fixed_identity=False)  # fmt: skip
+            elif date.startswith(UNASSIGNED_DATE):  # a real author, no real date yet
+                git("commit", "-q", "--amend", "--no-edit", "--cleanup=verbatim",
+                    "--date=now", cwd=src, fixed_identity=False)  # fmt: skip
             if amend:
                 amend(name)
     except BaseException:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import re
 import shlex
 import shutil
 import tempfile
@@ -24,24 +25,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import source_branch, topics
-from tools.base import OverlayError, git, patch_message, pr_text, series_subjects
+from tools.base import (
+    NOTES_HEADING,
+    OverlayError,
+    git,
+    patch_message,
+    pr_text,
+    read_upstream_map,
+    series_subjects,
+)
 from tools.check import TEST_COMMAND
 
 
 def tests_for(repo: Path, patch_name: str) -> list[str]:
-    """Repo-relative test files of a patch: those its Test Plan names, and their siblings."""
+    """Repo-relative test files of a patch: those its Test Plan names, and their siblings
+    that git tracks here (a stray ``test_x.py.orig`` never reaches a PR)."""
     _, body = patch_message((repo / "patches" / patch_name).read_bytes())
     plan = pr_text(body).split("Test Plan:", 1)[-1]
     files = []
     for test in dict.fromkeys(TEST_COMMAND.findall(plan)):
         path = repo / test
-        files += sorted(p.relative_to(repo).as_posix() for p in path.parent.glob(f"{path.stem}.*"))
+        siblings = sorted(
+            p.relative_to(repo).as_posix() for p in path.parent.glob(f"{path.stem}.*")
+        )
+        tracked = git("ls-files", "--", *siblings, cwd=repo, check=False).split()
+        files += [f for f in siblings if f in tracked] if (repo / ".git").exists() else siblings
     return files
 
 
+# ghstack's own trailers. After a first `ghstack submit`, copying them from the submitted
+# commit into the patch's "Overlay notes:" makes the next `stack` + `ghstack submit` update
+# those pull requests instead of opening new ones.
+GHSTACK_TRAILERS = re.compile(r"^(?:ghstack-source-id|Pull-Request): \S+$", re.M)
+
+
 def upstream_message(message: str) -> str:
-    """The commit message as the PR text: without "Overlay notes:" and project trailers."""
-    return pr_text(message)
+    """The commit message as the PR text: without "Overlay notes:" and project trailers,
+    with ghstack's trailers if the notes record them."""
+    parts = re.split(rf"^{re.escape(NOTES_HEADING)}[ \t]*$", message, maxsplit=1, flags=re.M)
+    kept = GHSTACK_TRAILERS.findall(parts[1]) if len(parts) > 1 else []
+    return pr_text(message) + ("\n" + "\n".join(kept) + "\n" if kept else "")
 
 
 @dataclass(frozen=True)
@@ -87,7 +110,10 @@ def prepare(
         if topic.name not in wanted or not patches:
             continue
         # A topic whose dependency submits nothing starts from the base like any other.
-        parent = branch_of.get(topic.depends, "")
+        # Stacked on the nearest topic below it that submits something (one that submits
+        # nothing has no branch); check applies the same chain.
+        below = [t.name for t in found.chain(topic.name)[:-1] if t.name in branch_of]
+        parent = branch_of[below[-1]] if below else ""
         branch_of[topic.name] = f"{prefix}/{topic.name}"
         chain = [p for t in found.chain(topic.name) for p in found.submitted(t)]
         source_branch.check_applies(repo, src, base, chain, three_way=onto_head)
@@ -97,6 +123,13 @@ def prepare(
         ))  # fmt: skip
     if not plans:
         raise OverlayError("no topic has a patch to submit; nothing was changed")
+    submitted = [name for bp in plans for name, _ in bp.patches]
+    problems = submission_problems(repo, submitted)
+    if problems:
+        raise OverlayError(
+            "what would be submitted is not ready (torch-overlay check lists the same); "
+            "nothing was changed:\n  " + "\n  ".join(problems)
+        )
     source_branch.refuse_existing(src, [bp.branch for bp in plans])
     tests = {name: tests_for(repo, name) for bp in plans for name, _ in bp.patches}
     clashes = [
@@ -123,6 +156,18 @@ def prepare(
     )
 
 
+def submission_problems(repo: Path, names: list[str]) -> list[str]:
+    """What `check` finds in the messages and authors of the patches to submit."""
+    from tools.check import author_problems, message_problems
+
+    upstream = read_upstream_map(repo)
+    problems = author_problems(repo, names)
+    for name in names:
+        text = (repo / "patches" / name).read_bytes()
+        problems += message_problems(repo, name, text, upstream.issues_of(name))
+    return problems
+
+
 def create(repo: Path, stack_plan: StackPlan) -> None:
     """Make every branch, then check out what was checked out before."""
     src = stack_plan.branches[0].checkout
@@ -135,7 +180,8 @@ def create(repo: Path, stack_plan: StackPlan) -> None:
             shutil.copyfile(repo / test, target)
             git("add", test, cwd=src)
         message = upstream_message(git("log", "-1", "--format=%B", cwd=src))
-        git("commit", "-q", "--amend", "-m", message, cwd=src, fixed_identity=False)
+        git("commit", "-q", "--amend", "--cleanup=verbatim", "-m", message, cwd=src,
+            fixed_identity=False)  # fmt: skip
 
     made = []
     try:

@@ -18,6 +18,7 @@ from unittest import mock
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
+from tools import stack as stack_module
 from tools.base import (
     OverlayError,
     git,
@@ -208,7 +209,7 @@ class SourceBuildTest(TestCase):
         ops.write_text(ops.read_text().replace("aten.view.dtype,", "aten.view.dtype,  # moved"))
         git("commit", "-q", "-am", "upstream moved on", cwd=self.src)
         self.assert_refused(
-            r"0002-.*\.patch does not apply on .* \(conflicts in: torch/distributed/tensor/_ops/_tensor_ops.py\); nothing was changed",
+            r"\d{4}-DTensor-.*\.patch does not apply on .* \(conflicts in: torch/distributed/tensor/_ops/_tensor_ops.py\); nothing was changed",
             onto_head=True,
         )
 
@@ -332,6 +333,99 @@ class SourceBuildTest(TestCase):
         # One stack: its submit command covers both topics.
         self.assertIn("git checkout torch-overlay/aot-autograd && ghstack submit", out)
         self.assertNotIn("git checkout torch-overlay/dynamo && ghstack submit", out)
+
+    def test_stack_refuses_a_patch_the_start_commit_already_has(self):
+        """git am -3 makes no commit for a patch already applied: nothing else may be amended."""
+        found = read_topics(REPO)
+        name = found.submitted(found.topics["dynamo"])[0]
+        git("am", "-q", "-3", str(REPO / "patches" / name), cwd=self.src)
+        before = checkout_state(self.src)
+        with self.assertRaisesRegex(OverlayError, f"{name} is already in .*nothing was changed"):
+            stack(REPO, self.src, onto_head=True, only=["dynamo"])
+        self.assertEqual(checkout_state(self.src), before)
+
+    def test_stack_refuses_bad_names_and_files_in_the_way(self):
+        before = checkout_state(self.src)
+        for prefix in ("my topic", "x..y", "-b"):
+            with self.assertRaisesRegex(OverlayError, "not a valid branch name"):
+                stack(REPO, self.src, onto_head=True, prefix=prefix)
+        git("branch", "torch-overlay/dynamo/old", cwd=self.src)
+        with self.assertRaisesRegex(OverlayError, "torch-overlay/dynamo already exists"):
+            stack(REPO, self.src, onto_head=True, only=["dynamo"])
+        git("branch", "-D", "torch-overlay/dynamo/old", cwd=self.src)
+        # A file git ignores, where a PR's test goes, is the user's: never overwritten.
+        test = stack_module.tests_for(REPO, read_topics(REPO).topics["dynamo"].patches[0])[0]
+        (self.src / ".git/info/exclude").write_text(f"/{test}\n")
+        (self.src / test).parent.mkdir(parents=True, exist_ok=True)
+        (self.src / test).write_text("# mine\n")
+        with self.assertRaisesRegex(OverlayError, f"in the way of the branch: {test}"):
+            stack(REPO, self.src, onto_head=True, only=["dynamo"])
+        self.assertEqual((self.src / test).read_text(), "# mine\n")
+        self.assertEqual(checkout_state(self.src), before)
+
+    def test_stack_keeps_a_real_author_and_refuses_unready_messages(self):
+        repo = copy_project(self.tmp / "project")
+        found = read_topics(repo)
+        name = found.submitted(found.topics["dynamo"])[0]
+        patch = repo / "patches" / name
+        text = patch.read_text()
+        patch.write_text(text.replace("From: torch-overlay <torch-overlay@localhost>",
+                                      "From: Grace Hopper <grace@pytorch.invalid>", 1))  # fmt: skip
+        stack(repo, self.src, onto_head=True, only=["dynamo"])
+        author, committer, date = git(
+            "log", "-1", "--format=%an <%ae>%x00%cn <%ce>%x00%at", "torch-overlay/dynamo",
+            cwd=self.src,
+        ).split("\0")  # fmt: skip
+        self.assertEqual(author, "Grace Hopper <grace@pytorch.invalid>")
+        self.assertEqual(committer, IDENTITY)
+        self.assertGreater(int(date), time.time() - 3600)  # not the overlay's 2000-01-01
+        git("branch", "-D", "torch-overlay/dynamo", cwd=self.src)
+        patch.write_text(text.replace("Summary:\n", "Summary:\nMeasured on stock torch.\n", 1))
+        before = checkout_state(self.src)
+        with self.assertRaisesRegex(OverlayError, "(?s)not ready.*the PR text names 'stock'"):
+            stack(repo, self.src, onto_head=True, only=["dynamo"])
+        self.assertEqual(checkout_state(self.src), before)
+
+    def test_a_topic_over_one_that_submits_nothing_stacks_on_the_one_below(self):
+        repo = copy_project(self.tmp / "project")
+        found = read_topics(repo)
+        carried = found.topics["dynamo"].patches[0]
+        patch = repo / "patches" / carried
+        patch.write_text(patch.read_text().replace("\nTopic: dynamo\n",
+                                                   "\nTopic: dynamo\nCarried-Only: ours\n", 1))  # fmt: skip
+
+        def chain(topics):
+            for entry in topics:
+                if entry["name"] == "dynamo":
+                    entry["depends"] = "dtensor-compile"
+                if entry["name"] == "aot-autograd":
+                    entry["depends"] = "dynamo"
+
+        topics_file = repo / "patches/topics.json"
+        data = json.loads(topics_file.read_text())
+        chain(data["topics"])
+        topics_file.write_text(json.dumps(data))
+        out = stack(repo, self.src, onto_head=True, only=["aot-autograd"])
+        self.assertEqual(
+            sorted(self.topic_branches()),
+            ["torch-overlay/aot-autograd", "torch-overlay/dtensor-compile"],
+        )
+        self.assertEqual(
+            git("rev-parse", "torch-overlay/aot-autograd~1", cwd=self.src),
+            git("rev-parse", "torch-overlay/dtensor-compile", cwd=self.src),
+        )
+        self.assertIn("git checkout torch-overlay/aot-autograd && ghstack submit", out)
+
+    def test_ghstack_trailers_recorded_in_the_notes_reach_the_commit(self):
+        message = ("[x] y\n\nSummary:\ns\n\nOverlay notes:\nfigures\n"
+                   "ghstack-source-id: 1234abcd\n"
+                   "Pull-Request: https://github.com/pytorch/pytorch/pull/180000\n"
+                   "Topic: dynamo\n")  # fmt: skip
+        self.assertEqual(
+            stack_module.upstream_message(message),
+            "[x] y\n\nSummary:\ns\n\nghstack-source-id: 1234abcd\n"
+            "Pull-Request: https://github.com/pytorch/pytorch/pull/180000\n",
+        )
 
     def test_stack_never_overwrites_an_upstream_test(self):
         clash = self.src / "test/distributed/tensor/test_partial_product.py"

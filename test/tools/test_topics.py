@@ -9,7 +9,7 @@ from pathlib import Path
 
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-from tools import overlay_repo
+from tools import overlay_repo, stack
 from tools.base import (
     SERIES_FILE,
     git,
@@ -18,7 +18,13 @@ from tools.base import (
     read_pin,
     read_series,
 )
-from tools.check import author_problems, message_problems, submitted_forms
+from tools.check import (
+    author_problems,
+    message_problems,
+    shared_test_problems,
+    submitted_forms,
+    trailer_problems,
+)
 from tools.topics import TOPICS_FILE, patch_rows, problems, read_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,9 +52,10 @@ class TopicsTest(TestCase):
         self.assertGreaterEqual(len([t for t in found.topics.values() if found.submitted(t)]), 3)
         self.assertEqual(sorted(found.of_patch), sorted(read_series(REPO)))
         # 0001 is carried (its reason recorded), the stopgap too; both stay in the overlay.
-        carried = {name[:4]: why for name, why in found.carried.items()}
-        self.assertIn("#180511", carried["0001"])
-        self.assertTrue(carried["0015"].startswith("wheel stopgap for "))
+        carried = {name.split("-", 2)[1]: why for name, why in found.carried.items()}
+        self.assertEqual(sorted(carried), ["DTensor", "autograd"])
+        self.assertIn("#180511", carried["autograd"])
+        self.assertTrue(carried["DTensor"].startswith("wheel stopgap for "))
 
     def test_status_and_verify_rows_name_topic_and_upstream_status(self):
         rows = {r["patch"][:40]: r for r in patch_rows(REPO, {"x"})}
@@ -119,6 +126,32 @@ patches/topics.json: topic 'later' has no patch""",
             overlay_repo.form_problems(self.repo, pin, torch, submitted_forms(self.repo)), []
         )
 
+    def test_check_reports_misspelt_trailers_and_shared_test_files(self):
+        names = read_series(self.repo)
+        carried = next(
+            n for n in names if "Carried-Only:" in (self.repo / "patches" / n).read_text()
+        )
+        patch = self.repo / "patches" / carried
+        patch.write_text(patch.read_text().replace("Carried-Only:", "Carried-only:", 1))
+        found = trailer_problems(self.repo, names)
+        self.assertEqual(len(found), 1, found)
+        self.assertTrue(found[0].startswith(f'{carried}: "Carried-only: #180511'), found)
+        self.assertIn("is not read; the project's lines are spelt", found[0])
+        self.assertEqual(shared_test_problems(self.repo), [])
+        found_topics = read_topics(REPO)
+        first, second = found_topics.submitted(found_topics.topics["pipelining"])[:2]
+        test = stack.tests_for(self.repo, first)[0]
+        patch = self.repo / "patches" / second
+        plan = patch.read_text().split("Test Plan:\n", 1)
+        patch.write_text(f"{plan[0]}Test Plan:\npython {test}\n{plan[1]}")
+        self.assertEqual(
+            shared_test_problems(self.repo),
+            [
+                f"{second}: its Test Plan names {test}, as {first} does; give each PR of a topic "
+                "its own test file"
+            ],
+        )
+
     def test_check_reports_placeholder_authors_and_fake_dates(self):
         names = read_series(self.repo)
         self.assertEqual(author_problems(self.repo, names), [])  # unassigned: fine
@@ -127,13 +160,19 @@ patches/topics.json: topic 'later' has no patch""",
                 0
             ]: "From: Seed e7163124 maintainers\n <maintainers@users.noreply.a-seed-e7163124.example>",
             names[1]: "From: Jane Doe <jane@example.com>",
-            names[2]: "From: Grace Hopper <grace@pytorch.invalid>",
+            names[
+                2
+            ]: "From: Grace Hopper <grace@pytorch.invalid>\nDate: Thu, 1 Jan 1970 00:00:00 +0000",
+            # a real author on the overlay's "no date yet": build and stack date it
+            names[3]: "From: Ada Lovelace <ada@pytorch.invalid>",
         }
         for name, line in placeholders.items():
             patch = self.repo / "patches" / name
             text = patch.read_text().replace(
                 "From: torch-overlay <torch-overlay@localhost>", line, 1
             )
+            if "Date:" in line:
+                text = text.replace("Date: Sat, 1 Jan 2000 00:00:00 +0000\n", "", 1)
             patch.write_text(text)
         found = author_problems(self.repo, names)
         self.assertEqual(len(found), 3, found)
@@ -142,7 +181,7 @@ patches/topics.json: topic 'later' has no patch""",
             found[0],
         )
         self.assertIn("'Jane Doe <jane@example.com>' is a placeholder", found[1])
-        self.assertIn("author date 'Sat, 01 Jan 2000 00:00:00 +0000' is not a real date", found[2])
+        self.assertIn("author date 'Thu, 01 Jan 1970 00:00:00 +0000' is not a real date", found[2])
 
     def test_the_pr_text_is_checked_and_the_notes_are_not(self):
         body = (
@@ -166,6 +205,25 @@ patches/topics.json: topic 'later' has no patch""",
             "Summary:\nRepairs a thing on torch 2.15.0 (stock) with the series.\n\n"
             "Test Plan:\npython test/distributed/tensor/test_partial_copy.py\n",
         )
+        # What else reads as this project's, or as a ghstack update, and what does not.
+        for leak in ("Measured on PyTorch 2.15.0.", "With torch==2.15.0 installed.",
+                     "See https://github.com/kerer-ai/pytorch/blob/652b7f394e70/test/x.py.",
+                     "Copied from kerer-ai/pytorch at 652b7f3.", "As this series does.",
+                     "With our overlay active.", "Overlay Notes:",
+                     "Pull Request resolved: https://github.com/pytorch/pytorch/pull/180511"):  # fmt: skip
+            leaky = text.replace(b"Repairs a thing", leak.encode())
+            self.assertTrue(
+                any(
+                    "the PR text names" in p for p in message_problems(self.repo, "p.patch", leaky)
+                ),
+                leak,
+            )
+        for fine in ("Since torch 2.0 the series of views is kept.", "See pytorch/pytorch@0123abcd.",
+                     "Uses NVIDIA/cutlass@0123abcd.", "Fixes the guard so that it holds."):  # fmt: skip
+            clean = text.replace(
+                b"Repairs a thing on torch 2.15.0 (stock) with the series.", fine.encode()
+            )
+            self.assertEqual(message_problems(self.repo, "p.patch", clean), [], fine)
         # Fixes lines count only in the PR text.
         text = text.replace(b"Topic:", b"Fixes #1\nTopic:")
         self.assertIn(
