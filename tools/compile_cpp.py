@@ -64,7 +64,7 @@ UPSTREAM_REPO = "pytorch/pytorch"
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
 CPP_SUFFIXES = (*HEADER_SUFFIXES, ".cpp", ".cc")
 # The wheel's libtorch_python is built with these; the files test them with #ifdef.
-SOURCE_DEFINES = ["-DUSE_DISTRIBUTED", "-DUSE_C10D"]
+SOURCE_DEFINES = ("-DUSE_DISTRIBUTED", "-DUSE_C10D")
 MAX_STUBS = 20
 DIAGNOSTIC = re.compile(
     r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"
@@ -352,7 +352,8 @@ def apply_patch(path: str, data: bytes, patch: bytes, name: str) -> bytes:
         return (root / path).read_bytes()
 
 
-def compile_file(path: str, content: bytes, base: bytes, defines: list[str]) -> Compiled:
+@cache  # one compile per process for the same text, unit and defines
+def compile_file(path: str, content: bytes, base: bytes, defines: tuple[str, ...]) -> Compiled:
     with tempfile.TemporaryDirectory(prefix="compile-cpp-") as scratch:
         root = Path(scratch)
         if path.endswith(HEADER_SUFFIXES):
@@ -363,7 +364,7 @@ def compile_file(path: str, content: bytes, base: bytes, defines: list[str]) -> 
             placed = unit = path
         (root / placed).parent.mkdir(parents=True, exist_ok=True)
         (root / placed).write_bytes(content)
-        return compile_unit(root, unit, {placed: path}, defines)
+        return compile_unit(root, unit, {placed: path}, list(defines))
 
 
 def compile_series(repo: Path, *, pytorch_src: Path | None = None,
@@ -374,7 +375,6 @@ def compile_series(repo: Path, *, pytorch_src: Path | None = None,
     torch = installed_torch()
     check_installed(pin, torch)
     state: dict[str, tuple[Copy, bytes] | str] = {}  # path -> (base copy, current text) or why not
-    done: dict[tuple[str, str], Compiled] = {}  # (path, sha256 of its text) -> result
     results = []
     for name in read_series(repo):
         text = (repo / "patches" / name).read_bytes()
@@ -399,13 +399,10 @@ def compile_series(repo: Path, *, pytorch_src: Path | None = None,
             state[path] = (copy, after)
             if only and name not in only:
                 continue
-            defines = [] if path.endswith(HEADER_SUFFIXES) else SOURCE_DEFINES
-            compiled = []
-            for content in (before, after):
-                key = (path, sha256(content))
-                if key not in done:
-                    done[key] = compile_file(path, content, copy.data, defines)
-                compiled.append(done[key])
+            defines = () if path.endswith(HEADER_SUFFIXES) else SOURCE_DEFINES
+            compiled = [
+                compile_file(path, content, copy.data, defines) for content in (before, after)
+            ]
             old = {d.key() for d in compiled[0].errors}
             new = [d for d in compiled[1].errors if d.key() not in old]
             skew = copy.skew or "the base does not compile against the wheel's headers"
