@@ -117,6 +117,16 @@ HELP = {
         "when the overlay leaves an incorrect rule or an op it could not run.",
         "example:\n  torch-overlay sweep --ops view,norm --dtypes float32",
     ),
+    "compile-cpp": (
+        "compile each C++ file a patch changes, before and after it",
+        "Type-check (g++ -fsyntax-only, a torch extension's flags) every C++ file a patch "
+        "changes against the installed wheel's headers, without and with the patch; report "
+        "only errors the patch adds. A source file the wheel does not ship is read from a "
+        "git-ignored copy in .upstream-src/ (--fetch, --pytorch-src or --add); without one it "
+        "says so and compiles nothing.",
+        "examples:\n  torch-overlay compile-cpp --fetch --pytorch-src ~/pytorch\n"
+        "  torch-overlay compile-cpp",
+    ),
     "build": (
         "apply the series as a branch of a PyTorch checkout and build it with CUDA",
         "Create a branch of a PyTorch checkout with one commit per patch (all but the wheel "
@@ -236,6 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     stack.add_argument("--prefix", help="branch names are PREFIX/TOPIC (default: torch-overlay)")
     stack.add_argument("--topic", action="append", dest="topics", metavar="NAME",
                        help="only this topic (and those it depends on); repeatable")  # fmt: skip
+    compile_cpp = verb_parser(verbs, "compile-cpp")
+    compile_cpp.add_argument("patches", nargs="*", metavar="PATCH", help="only these patch files")
+    compile_cpp.add_argument("--pytorch-src", type=Path, metavar="DIR",
+                             help="read source files from this checkout at the base commit")  # fmt: skip
+    compile_cpp.add_argument("--fetch", action="store_true",
+                             help="fill .upstream-src/ at the base commit (--from, or --pytorch-src)")  # fmt: skip
+    compile_cpp.add_argument("--from", dest="from_url", metavar="BASE",
+                             help="with --fetch: read BASE/<commit>/<path> (default: raw.githubusercontent.com/pytorch/pytorch)")  # fmt: skip
+    compile_cpp.add_argument("--add", nargs=2, metavar=("PATH", "FILE"),
+                             help="record FILE as the copy of source path PATH (with --origin)")  # fmt: skip
+    compile_cpp.add_argument("--origin", metavar="OWNER/NAME@COMMIT",
+                             help="with --add: the repository and commit FILE is from")  # fmt: skip
     return parser
 
 
@@ -356,6 +378,24 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             world_size=args.world_size, batch_size=args.batch_size,
             op_timeout=args.op_timeout, jobs=args.jobs,
         )  # fmt: skip
+    elif args.verb == "compile-cpp":
+        from tools import compile_cpp
+
+        if args.add or args.fetch:
+            if args.patches or (args.add and (args.fetch or args.pytorch_src or args.from_url)):
+                raise OverlayError(
+                    "--fetch takes only --from or --pytorch-src; --add only --origin"
+                )
+            if args.add:
+                if not args.origin:
+                    raise OverlayError("--add PATH FILE needs --origin OWNER/NAME@COMMIT")
+                print(compile_cpp.add(repo, args.add[0], Path(args.add[1]), args.origin))
+            else:
+                print(compile_cpp.fetch(repo, base=args.from_url, pytorch_src=args.pytorch_src))
+            return 0
+        if args.from_url or args.origin:
+            raise OverlayError("--from goes with --fetch, --origin with --add")
+        return compile_cpp.compile_cpp(repo, pytorch_src=args.pytorch_src, only=args.patches)
     elif args.verb == "upstream-test" and args.fetch:
         from tools.fetch_upstream_tests import fetch
 
