@@ -126,7 +126,7 @@ def _ddp_outcome(schedule_name: str) -> Outcome:
 @reproducer(
     bug="DDP-wrapped stages under ScheduleZBVZeroBubble (1 rank, 2 steps): reduced never or twice",
     upstream="pytorch/pytorch#144530",
-    patch="[pipelining] Reduce a DDP stage's gradients once per step under zero-bubble schedules",
+    patch="[pipelining] Reduce a DDP stage's gradients in its last weight backward with finalize_backward()",
 )
 def ddp_zero_bubble_reduces_once() -> Outcome:
     return _ddp_outcome("ScheduleZBVZeroBubble")
