@@ -42,6 +42,11 @@ CONFIGS = {
     "gradient_as_bucket_view": {"gradient_as_bucket_view": True},
     "find_unused_parameters": {"find_unused_parameters": True},
     "static_graph": {"static_graph": True},
+    # A parameter no micro-batch uses, without find_unused_parameters: an error, as
+    # with DDP alone (nothing is zero-filled), also when the parameter holds a stale
+    # .grad from an earlier step (it is not taken as used).
+    "unused_parameter": {},
+    "unused_parameter_stale_grad": {},
     "mixed_precision": {
         "mixed_precision": _MixedPrecision(
             param_dtype=torch.float32,
@@ -52,6 +57,7 @@ CONFIGS = {
 }
 # Options a split backward refuses; their error names the option.
 REFUSED = {"find_unused_parameters", "static_graph"}
+UNUSED = {"find_unused_parameters", "unused_parameter", "unused_parameter_stale_grad"}
 
 
 class Block(torch.nn.Module):
@@ -108,7 +114,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
 
     def _run_schedule(self, schedule_cls, config, dp_group, pp_group):
         n_stages = SCHEDULES[schedule_cls]
-        with_unused = config == "find_unused_parameters"
+        with_unused = config in UNUSED
         modules = build(n_stages, with_unused)
         events = []  # ("acc", stage, name) and ("comm", stage, bucket), in order
         stages = []
@@ -131,6 +137,27 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 PipelineStage(ddp, i, n_stages, torch.device("cpu"), group=pp_group)
             )
         schedule = schedule_cls(stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+        if config == "unused_parameter_stale_grad":
+            for module in modules:
+                module.unused.grad = torch.ones_like(module.unused)
+        if config.startswith("unused_parameter"):
+            # Where a stage's last backward is a W, its finalize_backward() raises
+            # in that step; after a fused last backward (DualPipeV ends with one),
+            # DDP raises at the next forward, as without pipelining.
+            expected = (
+                (0, "finalize_backward\\(\\) called before all DDP buckets were ready")
+                if schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble)
+                else (1, "Expected to have finished reduction in the prior iteration")
+            )
+            for step in range(N_STEPS):
+                x, y = data(step, self.rank)
+                try:
+                    schedule.step(x, target=y)
+                except RuntimeError as error:
+                    self.assertEqual(step, expected[0])
+                    self.assertRegex(f"{error} {error.__cause__}", expected[1])
+                    return
+            self.fail(f"{schedule_cls.__name__}: no error for an unused parameter")
         for step in range(N_STEPS):
             x, y = data(step, self.rank)
             if config in REFUSED and schedule_cls in SPLIT:
