@@ -126,7 +126,7 @@ def _ddp_outcome(schedule_name: str) -> Outcome:
 @reproducer(
     bug="DDP-wrapped stages under ScheduleZBVZeroBubble (1 rank, 2 steps): reduced never or twice",
     upstream="pytorch/pytorch#144530",
-    patch="[pipelining] Reduce a DDP stage's gradients once per step under zero-bubble schedules",
+    patch="[pipelining] Reduce a DDP stage's gradients in its last weight backward with finalize_backward()",
 )
 def ddp_zero_bubble_reduces_once() -> Outcome:
     return _ddp_outcome("ScheduleZBVZeroBubble")
@@ -135,7 +135,7 @@ def ddp_zero_bubble_reduces_once() -> Outcome:
 @reproducer(
     bug="DDP-wrapped stages under Interleaved1F1B: metadata inference arms DDP, step 1 reduces twice",
     upstream="-",
-    patch="[pipelining] Reduce a DDP stage's gradients once per step under zero-bubble schedules",
+    patch="[pipelining] Run a DDP stage's forward under no_sync during metadata inference",
 )
 def ddp_first_step_reduces_twice() -> Outcome:
     return _ddp_outcome("ScheduleInterleaved1F1B")

@@ -1,0 +1,149 @@
+# Owner(s): ["oncall: distributed"]
+"""DDP-wrapped pipeline stages with a fused backward: the first step's metadata
+inference must not arm DDP's reducer. On two ranks, as two data-parallel replicas
+that each hold every stage ((dp, pp) = (2, 1)) and as two pipeline ranks
+((dp, pp) = (1, 2)), for two steps every rank's gradients equal a float64
+single-process reference averaged over the replicas, and DDP hands every bucket to
+its comm hook exactly once per step. Two steps are needed: a bucket reduced twice in
+the first step still holds the average (an average of averages), and the second
+step shows the damage (DDP's bucket rebuild recorded both reductions)."""
+
+import collections
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    Schedule1F1B,
+    ScheduleInterleaved1F1B,
+)
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.testing._internal.common_distributed import MultiProcessTestCase
+from torch.testing._internal.common_utils import run_tests
+
+DIM, BATCH, N_MICROBATCHES, N_STEPS = 4, 8, 4, 2
+# stages per pipeline rank
+STAGES_PER_RANK = {Schedule1F1B: 1, ScheduleInterleaved1F1B: 2}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(DIM, DIM, dtype=torch.float64) * 0.5)
+        self.b = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64) * 0.1)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w + self.b)
+
+
+def build(n_stages):
+    torch.manual_seed(0)
+    return [Block() for _ in range(n_stages)]
+
+
+def loss_fn(output, target):
+    return ((output - target) ** 2).mean()
+
+
+def data(step, dp_rank):
+    g = torch.Generator().manual_seed(100 * step + dp_rank)
+    x = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
+    y = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
+    return x, y
+
+
+def reference_grads(step, n_stages, dp):
+    """Gradients of one process running the whole model, averaged over replicas."""
+    modules = build(n_stages)
+    for dp_rank in range(dp):
+        x, y = data(step, dp_rank)
+        for xm, ym in zip(
+            x.chunk(N_MICROBATCHES), y.chunk(N_MICROBATCHES), strict=True
+        ):
+            out = xm
+            for module in modules:
+                out = module(out)
+            (loss_fn(out, ym) / (N_MICROBATCHES * dp)).backward()
+    return modules
+
+
+class ScheduleDDPMetadataTest(MultiProcessTestCase):
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_ddp_fused_backward_two_steps(self):
+        dist.init_process_group(
+            backend="gloo",
+            store=dist.FileStore(self.file_name, self.world_size),
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        for dp, pp in ((2, 1), (1, 2)):
+            mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("dp", "pp"))
+            dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+            dp_rank, pp_rank = mesh.get_local_rank("dp"), mesh.get_local_rank("pp")
+            for schedule_cls, per_rank in STAGES_PER_RANK.items():
+                n_stages = per_rank * pp
+                layout = list(range(pp_rank, n_stages, pp))  # looped
+                name = f"{schedule_cls.__name__}, (dp, pp) = ({dp}, {pp})"
+                modules = build(n_stages)
+                calls = {i: collections.Counter() for i in layout}
+                stages = []
+                for i in layout:
+                    ddp = DDP(modules[i], process_group=dp_group, bucket_cap_mb=1e-6)
+
+                    def hook(state, bucket, calls=calls[i]):
+                        calls[bucket.index()] += 1
+                        return default_hooks.allreduce_hook(state, bucket)
+
+                    ddp.register_comm_hook(dp_group, hook)
+                    stages.append(
+                        PipelineStage(
+                            ddp, i, n_stages, torch.device("cpu"), group=pp_group
+                        )
+                    )
+                schedule = schedule_cls(
+                    stages if per_rank > 1 else stages[0],
+                    n_microbatches=N_MICROBATCHES,
+                    loss_fn=loss_fn,
+                )
+                for step in range(N_STEPS):
+                    x, y = data(step, dp_rank)
+                    if 0 in layout:
+                        schedule.step(x, target=y)
+                    else:
+                        schedule.step(target=y)
+                    reference = reference_grads(step, n_stages, dp)
+                    for stage, i in zip(stages, layout, strict=True):
+                        msg = f"{name}, step {step}, stage {i}"
+                        n_buckets = len(
+                            stage.submod.reducer._get_zeros_like_grad_buckets()
+                        )
+                        self.assertEqual(
+                            dict(calls[i]),
+                            dict.fromkeys(range(n_buckets), 1),
+                            msg=f"{msg}: calls per bucket",
+                        )
+                        calls[i].clear()
+                        for (pname, p), ref in zip(
+                            modules[i].named_parameters(),
+                            reference[i].parameters(),
+                            strict=True,
+                        ):
+                            torch.testing.assert_close(
+                                p.grad, ref.grad, msg=f"{msg} {pname}"
+                            )
+                            p.grad = None
+                dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_tests()
