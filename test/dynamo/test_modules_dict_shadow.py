@@ -1,4 +1,8 @@
 # Owner(s): ["module: dynamo"]
+# Upstream home: test/dynamo/test_modules.py (NNModuleTests); kept in its own file
+# here because the project never edits upstream files.
+
+import collections
 
 import torch
 import torch._dynamo.test_case
@@ -113,6 +117,70 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
             mod.step = step  # an instance attribute no forward reads
             mod.blocks[0].note = "unrelated"
         self.assertEqual(cnt.frame_count, 1)
+
+    def test_instance_dict_shadow_guards_one_dict_per_module(self):
+        """The absent-key checks of a module sit on that module's one __dict__
+        guard manager, one per name read through __getattr__ (and `forward`), with
+        no duplicates: a deep model gets exactly the (module, name) pairs it reads."""
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = torch.nn.RMSNorm(4)
+                self.proj = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                return x + self.proj(self.norm(x))
+
+        class Model(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.layers = torch.nn.ModuleList(Block() for _ in range(n))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        blocks = 8
+        mod = Model(blocks)
+        torch.compile(mod, backend="eager")(torch.randn(2, 4))
+        [entry] = _debug_get_cache_entry_list(Model.forward.__code__)
+        checks = {}  # __dict__ manager source -> names checked absent
+
+        def walk(mgr):
+            for leaf in mgr.get_leaf_guards():
+                parts = leaf.verbose_code_parts()
+                if parts and parts[0].startswith("not ___dict_contains("):
+                    name = parts[0].split("(", 1)[1].split(",", 1)[0].strip("'\"")
+                    names = checks.setdefault(mgr.get_source(), [])
+                    self.assertNotIn(name, names)  # no duplicate check
+                    names.append(name)
+            children = list(mgr.get_child_managers())
+            if hasattr(mgr, "get_key_value_managers"):
+                for pair in mgr.get_key_value_managers().values():
+                    children += [m for m in pair if m is not None]
+            for child in children:
+                walk(child)
+
+        walk(entry.guard_manager.root)
+        # one __dict__ with checks per module: the root (whose forward is the
+        # frame itself), layers, and per block the block, norm and proj
+        self.assertEqual(len(checks), 2 + 3 * blocks)
+        by_kind = collections.Counter(
+            tuple(sorted(names)) for names in checks.values()
+        )
+        self.assertEqual(
+            by_kind,
+            {
+                ("layers",): 1,  # the root
+                ("__iter__",): 1,  # layers: ModuleList, iterated
+                ("forward", "norm", "proj"): blocks,
+                ("forward", "weight"): blocks,  # RMSNorm
+                ("bias", "forward", "weight"): blocks,  # Linear
+            },
+        )
 
     def test_instance_dict_shadow_removed_inside_forward(self):
         """Passes on stock torch as well: when the compiled frame itself removes a

@@ -1,4 +1,7 @@
 # Owner(s): ["oncall: distributed"]
+# Upstream home: test/distributed/tensor/test_dtensor_compile.py (the aliasing cases) and
+# test/functorch/test_aotdispatch.py (subclass section, with a two-tensor subclass such as
+# TwoTensor); kept in its own file here because the project never edits upstream files.
 """A compiled ``to_local()`` of a DTensor parameter aliases its local tensor like eager.
 
 Eager's ``DTensor.to_local()`` returns a view of ``param._local_tensor``: ``_base`` is the
@@ -14,10 +17,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.common_utils import (
+    TestCase,
     instantiate_parametrized_tests,
     parametrize,
     run_tests,
-    TestCase,
 )
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -117,6 +120,21 @@ class DTensorCompileToLocalAliasTest(TestCase):
         (out, _), (expected, _) = torch.compile(fn, backend=backend)(param), fn(ref)
         self.assertEqual(out, expected, atol=0, rtol=0)
         self.assertEqual(out.requires_grad, expected.requires_grad)
+        self.assertIsNone(param._local_tensor.grad_fn)
+        self.assertEqual(aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor))
+
+
+    @parametrize("backend", ["aot_eager", "inductor"])
+    @parametrize("fn", [to_local, to_local_t, to_local_detached], name_fn=lambda fn: fn.__name__)
+    def test_inference_graph_aliases_the_local_tensor_like_eager(self, backend, fn):
+        # No output requires grad: the graph runs without an autograd.Function.
+        param = self.parameter(Shard(0)).data
+        ref = self.parameter(Shard(0)).data
+        out, expected = torch.compile(fn, backend=backend)(param), fn(ref)
+        if isinstance(out, tuple):
+            out, expected = out[0], expected[0]
+        self.assertEqual(out, expected, atol=0, rtol=0)
+        self.assertEqual(out.stride(), expected.stride())
         self.assertIsNone(param._local_tensor.grad_fn)
         self.assertEqual(aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor))
 

@@ -1,0 +1,101 @@
+# Owner(s): ["module: dynamo"]
+# Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
+# tests); kept in its own file here because the project never edits upstream files.
+
+import torch
+import torch._dynamo.test_case
+import torch._dynamo.testing
+from torch._dynamo.testing import CompileCounter
+
+
+class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
+    # Whether a key is in an object's __dict__ when the frame starts is an input
+    # of the frame: a compiled `name in obj.__dict__`, `obj.__dict__.get(name)` or
+    # `obj.__dict__.pop(name, default)` must recompile when the answer changes.
+
+    def _compile_twice(self, mod, add):
+        cnt = CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt)
+        x = torch.ones(2)
+        self.assertEqual(opt_mod(x), mod(x))
+        add(mod)
+        compiled = opt_mod(x)
+        add(mod)
+        self.assertEqual(compiled, mod(x))
+        return cnt
+
+    def test_dict_get_of_missing_key(self):
+        class Mod(torch.nn.Module):
+            def forward(self, x):
+                return x * self.__dict__.get("scale", 1.0)
+
+        cnt = self._compile_twice(Mod(), lambda m: m.__dict__.update(scale=7.0))
+        self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_pop_of_missing_key(self):
+        class Mod(torch.nn.Module):
+            def forward(self, x):
+                return x * self.__dict__.pop("scale", 3.0)
+
+        cnt = self._compile_twice(Mod(), lambda m: m.__dict__.update(scale=5.0))
+        self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_get_on_plain_object(self):
+        class Obj:
+            pass
+
+        obj = Obj()
+
+        @torch.compile(backend="eager", fullgraph=True)
+        def fn(x):
+            return x * obj.__dict__.get("scale", 1.0)
+
+        x = torch.ones(2)
+        self.assertEqual(fn(x), x)
+        obj.scale = 4.0
+        self.assertEqual(fn(x), x * 4.0)
+
+    def test_dict_pop_shadow_then_graph_break(self):
+        # The frame removes a stale shadow of a parameter, breaks the graph, then
+        # reads the parameter: with a shadow present on a later call, the first
+        # frame must recompile so that its pop runs and the parameter is used,
+        # as in eager.
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(2))
+
+            def forward(self, x):
+                self.__dict__.pop("weight", None)
+                torch._dynamo.graph_break()
+                return x * self.weight
+
+        mod = Mod()
+        opt_mod = torch.compile(mod, backend="eager")
+        x = torch.ones(2)
+        with torch.no_grad():
+            self.assertEqual(opt_mod(x), x)
+            mod.__dict__["weight"] = torch.full((2,), 5.0)
+            self.assertEqual(opt_mod(x), x)
+            self.assertNotIn("weight", mod.__dict__)
+
+    def test_dict_key_written_by_frame_needs_no_guard(self):
+        class Mod(torch.nn.Module):
+            def forward(self, x):
+                self.__dict__["scale"] = 2.0
+                return x * self.__dict__.get("scale", 1.0)
+
+        mod = Mod()
+        cnt = CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+        x = torch.ones(2)
+        self.assertEqual(opt_mod(x), x * 2)
+        # the key is now present on entry; the frame's answer does not depend on it
+        self.assertEqual(opt_mod(x), x * 2)
+        self.assertEqual(cnt.frame_count, 1)
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()
