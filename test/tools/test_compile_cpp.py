@@ -155,7 +155,7 @@ class CompileCppTest(TestCase):
         code, _ = output_of(
             main, ["--repo", str(self.root), "compile-cpp", patch_for(self.root, SOURCE)]
         )
-        self.assertEqual(code, 2)
+        self.assertEqual(code, 3)  # a refusal
         with self.assertRaisesRegex(
             OverlayError, r"differs from its manifest.jsonl entry; re-fetch"
         ):
