@@ -9,7 +9,15 @@ to its comm hook exactly once per step, and the first bucket is handed to it bef
 the stage's last gradient is accumulated (the all-reduce overlaps the rest of the
 backward). DDP options that a split backward cannot support raise the same clear
 error on every rank before any communication. DDP mixed precision runs only where
-an accelerator is available (DDP casts parameters on an accelerator stream)."""
+an accelerator is available (DDP casts parameters on an accelerator stream).
+
+test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
+gradient accumulation across steps under the user's no_sync() (no communication
+in that step, the right sum after the next), manual finalization by the user
+after step() (refused with scale_grads=True, right with scale_grads=False), and a
+stage with a dw_builder under a split backward (refused)."""
+
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -146,7 +154,8 @@ class ScheduleDDPTest(MultiProcessTestCase):
             # DDP raises at the next forward, as without pipelining.
             expected = (
                 (0, "finalize_backward\\(\\) called before all DDP buckets were ready")
-                if schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble)
+                if schedule_cls
+                in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble)
                 else (1, "Expected to have finished reduction in the prior iteration")
             )
             for step in range(N_STEPS):
@@ -156,6 +165,11 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 except RuntimeError as error:
                     self.assertEqual(step, expected[0])
                     self.assertRegex(f"{error} {error.__cause__}", expected[1])
+                    # A failed last W leaves the DDP modules as configured.
+                    for stage in stages:
+                        self.assertFalse(
+                            stage.submod.require_manual_backward_finalization
+                        )
                     return
             self.fail(f"{schedule_cls.__name__}: no error for an unused parameter")
         for step in range(N_STEPS):
@@ -189,9 +203,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     # DDP's first bucket holds both parameters until DDP rebuilds
                     # its buckets (here: one per parameter) at the next forward.
                     continue
-                self.assertEqual(
-                    n_buckets, len(list(modules[i].parameters())), msg=msg
-                )
+                self.assertEqual(n_buckets, len(list(modules[i].parameters())), msg=msg)
                 # The first bucket's all-reduce starts while the stage's last
                 # backward still accumulates gradients.
                 first_comm = next(k for k, e in enumerate(mine) if e[0] == "comm")
@@ -217,6 +229,103 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     continue
                 with self.subTest(config=config, schedule=schedule_cls.__name__):
                     self._run_schedule(schedule_cls, config, *groups)
+                dist.barrier()
+        dist.destroy_process_group()
+
+    def _usage_step(self, case, schedule_cls, dp_group, pp_group):
+        n_stages = SCHEDULES[schedule_cls]
+        modules = build(n_stages)
+        comms = []
+        ddps, stages = [], []
+        for i, module in enumerate(modules):
+            ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
+
+            def comm_hook(state, bucket, i=i):
+                comms.append((i, bucket.index()))
+                return default_hooks.allreduce_hook(state, bucket)
+
+            ddp.register_comm_hook(dp_group, comm_hook)
+            if case.startswith("manual"):
+                ddp.require_manual_backward_finalization = True
+            ddps.append(ddp)
+            extra = {"dw_builder": lambda: lambda: None} if case == "dw_builder" else {}
+            stages.append(
+                PipelineStage(
+                    ddp, i, n_stages, torch.device("cpu"), group=pp_group, **extra
+                )
+            )
+        scale_grads = case in ("manual_scale_grads", "dw_builder")
+        schedule = schedule_cls(
+            stages,
+            n_microbatches=N_MICROBATCHES,
+            loss_fn=loss_fn
+            if scale_grads
+            else (lambda out, target: loss_fn(out, target) / N_MICROBATCHES),
+            scale_grads=scale_grads,
+        )
+        refused = {"manual_scale_grads": "require_manual_backward_finalization=True"}
+        if schedule_cls in SPLIT:
+            refused["dw_builder"] = "dw_builder"
+        if case in refused:
+            x, y = data(0, self.rank)
+            with self.assertRaisesRegex(RuntimeError, refused[case]):
+                schedule.step(x, target=y)
+            self.assertEqual(comms, [])
+            return
+        reference = None
+        for step in range(N_STEPS):
+            x, y = data(step, self.rank)
+            comms.clear()
+            if case == "no_sync" and step == 0:
+                with contextlib.ExitStack() as stack:
+                    for ddp in ddps:
+                        stack.enter_context(ddp.no_sync())
+                    schedule.step(x, target=y)
+                self.assertEqual(comms, [], msg=f"{case}, step {step}")
+                continue
+            schedule.step(x, target=y)
+            if case == "manual":
+                for ddp in ddps:
+                    ddp.finalize_backward()
+            n_buckets = [
+                len(ddp.reducer._get_zeros_like_grad_buckets()) for ddp in ddps
+            ]
+            self.assertEqual(
+                sorted(comms),
+                [(i, b) for i, n in enumerate(n_buckets) for b in range(n)],
+                msg=f"{case}, step {step}: each bucket reduced once",
+            )
+            reference = reference_grads(step, n_stages)
+            if case == "no_sync":  # step 0's gradients were accumulated
+                for ref, ref0 in zip(
+                    reference, reference_grads(0, n_stages), strict=True
+                ):
+                    for p, p0 in zip(ref.parameters(), ref0.parameters(), strict=True):
+                        p.grad += p0.grad
+            for i, (module, ref) in enumerate(zip(modules, reference, strict=True)):
+                for (name, p), ref_p in zip(
+                    module.named_parameters(), ref.parameters(), strict=True
+                ):
+                    torch.testing.assert_close(
+                        p.grad, ref_p.grad, msg=f"{case}, step {step}, {i}.{name}"
+                    )
+                    p.grad = None
+
+    def test_ddp_stage_usage(self):
+        dist.init_process_group(
+            backend="gloo",
+            store=dist.FileStore(self.file_name, self.world_size),
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+        for case in ("no_sync", "manual", "manual_scale_grads", "dw_builder"):
+            for schedule_cls in SCHEDULES:
+                if case == "dw_builder" and schedule_cls not in SPLIT:
+                    continue
+                with self.subTest(case=case, schedule=schedule_cls.__name__):
+                    self._usage_step(case, schedule_cls, *groups)
                 dist.barrier()
         dist.destroy_process_group()
 

@@ -6,7 +6,13 @@ that each hold every stage ((dp, pp) = (2, 1)) and as two pipeline ranks
 single-process reference averaged over the replicas, and DDP hands every bucket to
 its comm hook exactly once per step. Two steps are needed: a bucket reduced twice in
 the first step still holds the average (an average of averages), and the second
-step shows the damage (DDP's bucket rebuild recorded both reductions)."""
+step shows the damage (DDP's bucket rebuild recorded both reductions).
+
+A stage whose DDP module requires manual backward finalization is reduced by the
+caller's finalize_backward() after step(): that works with scale_grads=False (the
+loss divided by the number of micro-batches), and scale_grads=True, which would
+divide the gradients before finalize_backward() overwrites them, is refused on every
+rank before the step exchanges anything."""
 
 import collections
 
@@ -141,6 +147,82 @@ class ScheduleDDPMetadataTest(MultiProcessTestCase):
                                 p.grad, ref.grad, msg=f"{msg} {pname}"
                             )
                             p.grad = None
+                dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_manual_finalization(self):
+        dist.init_process_group(
+            backend="gloo",
+            store=dist.FileStore(self.file_name, self.world_size),
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        for schedule_cls, n_stages in STAGES_PER_RANK.items():
+            for scale_grads in (True, False):
+                with self.subTest(schedule=schedule_cls.__name__, scale=scale_grads):
+                    modules = build(n_stages)
+                    calls = collections.Counter()
+                    ddps, stages = [], []
+                    for i, module in enumerate(modules):
+                        ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
+
+                        def hook(state, bucket, i=i, calls=calls):
+                            calls[i, bucket.index()] += 1
+                            return default_hooks.allreduce_hook(state, bucket)
+
+                        ddp.register_comm_hook(dp_group, hook)
+                        ddp.require_manual_backward_finalization = True
+                        ddps.append(ddp)
+                        stages.append(
+                            PipelineStage(
+                                ddp, i, n_stages, torch.device("cpu"), group=pp_group
+                            )
+                        )
+                    schedule = schedule_cls(
+                        stages if n_stages > 1 else stages[0],
+                        n_microbatches=N_MICROBATCHES,
+                        loss_fn=loss_fn
+                        if scale_grads
+                        else (lambda o, t: loss_fn(o, t) / N_MICROBATCHES),
+                        scale_grads=scale_grads,
+                    )
+                    for step in range(N_STEPS):
+                        x, y = data(step, self.rank)
+                        if scale_grads:
+                            with self.assertRaisesRegex(
+                                RuntimeError,
+                                r"scale_grads=True\).*require_manual_backward_"
+                                "finalization=True",
+                            ):
+                                schedule.step(x, target=y)
+                            self.assertEqual(calls, {})
+                            break
+                        schedule.step(x, target=y)
+                        for ddp in ddps:
+                            ddp.finalize_backward()
+                        reference = reference_grads(step, n_stages, 2)
+                        for i, (module, ref_module) in enumerate(
+                            zip(modules, reference, strict=True)
+                        ):
+                            msg = f"step {step}, stage {i}"
+                            n_buckets = len(
+                                ddps[i].reducer._get_zeros_like_grad_buckets()
+                            )
+                            self.assertEqual(
+                                [calls[i, b] for b in range(n_buckets)],
+                                [1] * n_buckets,
+                                msg=msg,
+                            )
+                            for p, ref in zip(
+                                module.parameters(),
+                                ref_module.parameters(),
+                                strict=True,
+                            ):
+                                torch.testing.assert_close(p.grad, ref.grad, msg=msg)
+                                p.grad = None
+                        calls.clear()
                 dist.barrier()
         dist.destroy_process_group()
 
