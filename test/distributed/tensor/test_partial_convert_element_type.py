@@ -30,6 +30,9 @@ def values(dtype, per_rank):
     return lambda rank: torch.tensor(per_rank[rank], dtype=dtype)
 
 
+INF = float("inf")
+
+
 def to(dtype):
     return lambda t: t.to(dtype)
 
@@ -51,6 +54,10 @@ CASES = [
     ("max", torch.float32, [[70000.0, 1.0], [-70000.0, 2.0]], convert_element_type(torch.float16), True),
     ("max", torch.int32, [[3, -9], [4, 2]], convert_element_type(torch.int64), True),
     ("max", torch.int32, [[200, -3], [100, 5]], convert_element_type(torch.int8), False),
+    # Float to integer: inf and out-of-range values convert to arbitrary integers.
+    ("min", torch.float32, [[INF, 3.0], [7.0, INF]], convert_element_type(torch.int64), False),
+    ("min", torch.float32, [[40000.0, 3.0], [5.0, 2.0]], convert_element_type(torch.int16), False),
+    ("max", torch.float32, [[-200.0, 0.5], [0.5, 3.0]], convert_element_type(torch.int8), False),
     # Integer sums: no more bits keeps, wider or floating reduces first.
     ("sum", torch.int64, [[2**62, 1], [2**62, 2]], convert_element_type(torch.int32), True),
     ("sum", torch.int8, [[100, 1], [100, 2]], convert_element_type(torch.int32), False),

@@ -26,6 +26,9 @@ REDUCTIONS = {
 }
 
 
+INF = float("inf")
+
+
 def values(dtype, per_rank):
     return lambda rank: torch.tensor(per_rank[rank], dtype=dtype)
 
@@ -41,7 +44,12 @@ CASES = [
     ("max", torch.int64, [[-1, 7], [3, 2]], to(torch.uint8), False),
     ("min", torch.int32, [[-1, 300], [3, 2]], to(torch.uint8), False),
     ("max", torch.float32, [[-1.0, 2.5], [3.0, -4.0]], to(torch.uint8), False),
-    ("max", torch.float32, [[3.5, -9.0], [4.0, 2.0]], to(torch.int32), True),
+    # Float to integer is not monotone outside the target's range: inf, nan and
+    # out-of-range values convert to arbitrary integers, narrow targets wrap.
+    ("max", torch.float32, [[3.5, -9.0], [4.0, 2.0]], to(torch.int32), False),
+    ("min", torch.float32, [[INF, 3.0], [7.0, INF]], to(torch.int64), False),
+    ("min", torch.float32, [[40000.0, 3.0], [5.0, 2.0]], to(torch.int16), False),
+    ("max", torch.float32, [[-200.0, 0.5], [0.5, 3.0]], to(torch.int8), False),
     ("max", torch.float32, [[1.0, -2.0], [2.0, -3.0]], to(torch.complex64), False),
     ("max", torch.bool, [[True, False], [False, False]], to(torch.complex64), False),
     ("max", torch.int32, [[3, -9], [4, 2]], to(torch.int64), True),

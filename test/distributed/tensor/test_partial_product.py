@@ -164,6 +164,106 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(weight.grad.full_tensor(), self._truth())
 
 
+    def _check_reinterpreting_view(self, mesh, reduce_op, values, target, keeps):
+        reduce = {
+            "product": torch.mul,
+            "band": torch.bitwise_and,
+            "bxor": torch.bitwise_xor,
+        }[reduce_op]
+        values = [torch.tensor(v[0], dtype=v[1]) for v in values]
+        truth = reduce(values[0], values[1]).view(target)
+        local = map_local_for_rank(self.rank, values.__getitem__)
+        dt = DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            out = dt.view(target)
+        self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
+        self.assertEqual(out.placements, (Partial(reduce_op) if keeps else Replicate(),))
+        self.assertEqual(out.full_tensor(), truth)
+
+    @with_comms
+    def test_reinterpreting_views_keep_product_and_bitwise_partials_between_integers(self):
+        # Products wrap alike in integers of one size whatever the signedness;
+        # bitwise reductions act on each bit whatever the element size. A view
+        # to a floating dtype reduces first.
+        mesh = self.build_device_mesh()
+        i8, i16, i32 = torch.int8, torch.int16, torch.int32
+        for reduce_op, values, target, keeps in (
+            ("product", [([16, -3], i8), ([16, 5], i8)], torch.uint8, True),
+            ("product", [([16, -3], i16), ([16, 5], i16)], torch.int8, False),
+            ("bxor", [([0x01020304, 7], i32), ([0x10203040, 9], i32)], torch.uint8, True),
+            ("band", [([0x0F0F, 7], i16), ([0x00FF, 12], i16)], torch.int8, True),
+            ("bxor", [([5, 7], i32), ([3, 9], i32)], torch.float32, False),
+        ):
+            self._check_reinterpreting_view(mesh, reduce_op, values, target, keeps)
+
+    def _check_with_replicate_operand(self, mesh, reduce_op, name):
+        # Replicate -> Partial exists for sum/avg/min/max only, so a product or
+        # bitwise Partial next to a Replicate operand is reduced first (one
+        # all-reduce) instead of asking for a conversion that cannot run.
+        is_int = reduce_op != "product"
+        values = [
+            torch.tensor([[12, 7], [5, 3]]) + r if is_int else rank_values(r)
+            for r in range(self.world_size)
+        ]
+        truth = values[0]
+        for v in values[1:]:
+            truth = {
+                "product": torch.mul,
+                "band": torch.bitwise_and,
+                "bor": torch.bitwise_or,
+                "bxor": torch.bitwise_xor,
+            }[reduce_op](truth, v)
+        other = torch.full((1, 2), 6 if is_int else 7.0, dtype=truth.dtype)
+        index = torch.tensor([1])
+        ops = {
+            "cat": lambda x, r, i: torch.cat([x, r]),
+            "cat_replicate_first": lambda x, r, i: torch.cat([r, x]),
+            "stack": lambda x, r, i: torch.stack([x[0], r[0]]),
+            "slice_scatter": lambda x, r, i: torch.slice_scatter(x, r, 0, 1, 2),
+            "select_scatter": lambda x, r, i: torch.select_scatter(x, r[0], 0, 1),
+            "index_fill": lambda x, r, i: x.index_fill(0, i, r[0, 0]),
+        }
+        local = map_local_for_rank(self.rank, values.__getitem__)
+        dt = DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+        replicate = DTensor.from_local(
+            map_local_for_rank(self.rank, lambda r: other.clone()),
+            mesh,
+            [Replicate()],
+            run_check=False,
+        )
+        dt_index = DTensor.from_local(
+            map_local_for_rank(self.rank, lambda r: index.clone()),
+            mesh,
+            [Replicate()],
+            run_check=False,
+        )
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            out = ops[name](dt, replicate, dt_index)
+        self.assertEqual(comm_mode.get_total_counts(), 1)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(out.full_tensor(), ops[name](truth, other, index))
+
+    @with_comms
+    def test_product_and_bitwise_partials_with_a_replicate_operand(self):
+        mesh = self.build_device_mesh()
+        self.run_subtests(
+            {
+                "reduce_op": ["product", "bxor", "band"],
+                "name": [
+                    "cat",
+                    "cat_replicate_first",
+                    "stack",
+                    "slice_scatter",
+                    "select_scatter",
+                    "index_fill",
+                ],
+            },
+            self._check_with_replicate_operand,
+            mesh,
+        )
+
     def _check_fill(self, mesh, reduce_op):
         # fill_ writes v on every rank. Upstream pins the resulting sum for
         # Partial("sum") (test_fill_inplace_partial_sum); avg/min/max read v.
