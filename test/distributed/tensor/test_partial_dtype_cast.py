@@ -36,16 +36,52 @@ CASES = [
     ("max", torch.int32, [[200, -3], [100, 5]], lambda t: t.to(torch.int8), False),
     ("max", torch.int64, [[-1, 7], [3, 2]], lambda t: t.to(torch.uint8), False),
     ("min", torch.int32, [[-1, 300], [3, 2]], lambda t: t.to(torch.uint8), False),
-    ("max", torch.float32, [[-1.0, 2.5], [3.0, -4.0]], lambda t: t.to(torch.uint8), False),
-    ("max", torch.float32, [[3.5, -9.0], [4.0, 2.0]], lambda t: t.to(torch.int32), True),
-    ("sum", torch.complex64, [[0.5 + 1j], [0.5 - 1j]], lambda t: t.to(torch.int32), False),
+    (
+        "max",
+        torch.float32,
+        [[-1.0, 2.5], [3.0, -4.0]],
+        lambda t: t.to(torch.uint8),
+        False,
+    ),
+    (
+        "max",
+        torch.float32,
+        [[3.5, -9.0], [4.0, 2.0]],
+        lambda t: t.to(torch.int32),
+        True,
+    ),
+    (
+        "sum",
+        torch.complex64,
+        [[0.5 + 1j], [0.5 - 1j]],
+        lambda t: t.to(torch.int32),
+        False,
+    ),
     ("sum", torch.bool, [[True, False], [True, True]], lambda t: t.long(), False),
-    ("sum", torch.bool, [[True, False], [True, False]], lambda t: t.to(torch.float32), False),
-    ("max", torch.float32, [[1.0, -2.0], [2.0, -3.0]], lambda t: t.to(torch.complex64), False),
+    (
+        "sum",
+        torch.bool,
+        [[True, False], [True, False]],
+        lambda t: t.to(torch.float32),
+        False,
+    ),
+    (
+        "max",
+        torch.float32,
+        [[1.0, -2.0], [2.0, -3.0]],
+        lambda t: t.to(torch.complex64),
+        False,
+    ),
     ("sum", torch.float32, [[1.5, -0.5], [1.5, 2.0]], lambda t: t.int(), False),
     ("avg", torch.float32, [[1.5, 2.5], [2.5, 3.5]], lambda t: t.int(), False),
     ("sum", torch.float32, [[0.2, -0.1], [0.0, 0.0]], lambda t: t.bool(), False),
-    ("sum", torch.float32, [[1.5, 2.0], [2.5, 3.0]], lambda t: t.type(torch.int64), False),
+    (
+        "sum",
+        torch.float32,
+        [[1.5, 2.0], [2.5, 3.0]],
+        lambda t: t.type(torch.int64),
+        False,
+    ),
     ("sum", torch.int64, [[3, 1], [2**31, 2]], lambda t: t.to(torch.int32), True),
     # An integer sum wraps in the source dtype: a wider target, integer or floating,
     # would not wrap (int8 100 + 100 is -56). No wider bits, any signedness, commutes.
@@ -56,11 +92,35 @@ CASES = [
     ("sum", torch.int32, [[2**31 - 1, 3], [1, -2]], lambda t: t.double(), False),
     ("sum", torch.int8, [[100, -1], [100, 2]], lambda t: t.to(torch.uint8), True),
     ("sum", torch.int16, [[30000, -5], [10000, 7]], lambda t: t.to(torch.uint8), True),
-    ("max", torch.bool, [[True, False], [False, False]], lambda t: t.to(torch.complex64), False),
+    (
+        "max",
+        torch.bool,
+        [[True, False], [False, False]],
+        lambda t: t.to(torch.complex64),
+        False,
+    ),
     ("max", torch.int32, [[3, -9], [4, 2]], lambda t: t.to(torch.int64), True),
-    ("max", torch.bool, [[True, False], [False, False]], lambda t: t.to(torch.int32), True),
-    ("min", torch.float64, [[3.5, -9.0], [4.0, 2.0]], lambda t: t.to(torch.float16), True),
-    ("sum", torch.float32, [[0.5, 2.0], [1.5, 3.0]], lambda t: t.to(torch.complex64), True),
+    (
+        "max",
+        torch.bool,
+        [[True, False], [False, False]],
+        lambda t: t.to(torch.int32),
+        True,
+    ),
+    (
+        "min",
+        torch.float64,
+        [[3.5, -9.0], [4.0, 2.0]],
+        lambda t: t.to(torch.float16),
+        True,
+    ),
+    (
+        "sum",
+        torch.float32,
+        [[0.5, 2.0], [1.5, 3.0]],
+        lambda t: t.to(torch.complex64),
+        True,
+    ),
 ]
 
 
@@ -70,11 +130,35 @@ def convert_element_type(dtype):
 
 # prims.convert_element_type (decompositions, torch.compile graphs) follows _to_copy's rule.
 PRIMS_CASES = [
-    ("sum", torch.float32, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.bfloat16), True),
-    ("sum", torch.bfloat16, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.float32), True),
+    (
+        "sum",
+        torch.float32,
+        [[1.0, 2.5], [2.0, -0.5]],
+        convert_element_type(torch.bfloat16),
+        True,
+    ),
+    (
+        "sum",
+        torch.bfloat16,
+        [[1.0, 2.5], [2.0, -0.5]],
+        convert_element_type(torch.float32),
+        True,
+    ),
     ("sum", torch.int8, [[100, 1], [100, 2]], convert_element_type(torch.int32), False),
-    ("sum", torch.float32, [[1.5, -0.5], [1.5, 2.0]], convert_element_type(torch.int32), False),
-    ("max", torch.int32, [[200, -3], [100, 5]], convert_element_type(torch.int8), False),
+    (
+        "sum",
+        torch.float32,
+        [[1.5, -0.5], [1.5, 2.0]],
+        convert_element_type(torch.int32),
+        False,
+    ),
+    (
+        "max",
+        torch.int32,
+        [[200, -3], [100, 5]],
+        convert_element_type(torch.int8),
+        False,
+    ),
     ("max", torch.int32, [[3, -9], [4, 2]], convert_element_type(torch.int64), True),
 ]
 
@@ -110,12 +194,16 @@ class DistPartialDtypeCastTest(DTensorTestBase):
     @with_comms
     def test_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
-        self.run_subtests({"case": CASES, "inference": [False, True]}, self._check_cast, mesh)
+        self.run_subtests(
+            {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
+        )
 
     @with_comms
     def test_convert_element_type_matches_reduce_then_cast(self):
         mesh = self.build_device_mesh()
-        self.run_subtests({"case": PRIMS_CASES, "inference": [False, True]}, self._check_cast, mesh)
+        self.run_subtests(
+            {"case": PRIMS_CASES, "inference": [False, True]}, self._check_cast, mesh
+        )
 
     @with_comms
     def test_mixed_precision_round_trip_keeps_partial_without_collectives(self):
@@ -149,7 +237,9 @@ class DistPartialDtypeCastTest(DTensorTestBase):
         self.run_subtests({"reduce_op": list(REDUCTIONS)}, self._check_view, mesh)
 
 
-DistPartialDtypeCastTestWithLocalTensor = create_local_tensor_test_class(DistPartialDtypeCastTest)
+DistPartialDtypeCastTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialDtypeCastTest
+)
 
 
 if __name__ == "__main__":

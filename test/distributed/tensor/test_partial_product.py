@@ -119,7 +119,9 @@ class DistPartialProductTest(DTensorTestBase):
         # grad.new_empty_strided(base) + copy_ of a Replicate result.
         mesh = self.build_device_mesh()
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
-        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, mesh, [Replicate()], run_check=False)
+        )
         y = weight.to_local(grad_placements=[Partial("product")]) * 1
         y[0].mul_(2)
         y.backward(map_local_for_rank(self.rank, rank_values))
@@ -135,7 +137,9 @@ class DistPartialProductTest(DTensorTestBase):
             ("bor", lambda a, b: a | b),
             ("bxor", lambda a, b: a ^ b),
         ):
-            values = [torch.tensor([[12, 7], [5, 3]]) + r for r in range(self.world_size)]
+            values = [
+                torch.tensor([[12, 7], [5, 3]]) + r for r in range(self.world_size)
+            ]
             truth = values[0]
             for v in values[1:]:
                 truth = reduce(truth, v)
@@ -153,7 +157,9 @@ class DistPartialProductTest(DTensorTestBase):
     def test_accumulate_grad_keeps_a_product_gradient(self):
         mesh = self.build_device_mesh()
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
-        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, mesh, [Replicate()], run_check=False)
+        )
         local = weight.to_local(grad_placements=[Partial("product")])
         upstream = map_local_for_rank(self.rank, rank_values)
         comm_mode = CommDebugMode()
@@ -164,7 +170,9 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(weight.grad.full_tensor(), self._truth())
 
 
-DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(DistPartialProductTest)
+DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialProductTest
+)
 
 
 if __name__ == "__main__":
