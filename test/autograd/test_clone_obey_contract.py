@@ -57,7 +57,11 @@ def _load_extension(stock):
     if stock:
         header = Path(torch.__file__).parent / "include" / HEADER
         # Torch's own include path only, and no exact_memory_format (not in that header).
-        include_paths, defines, prefix = [], ["-DCLONE_OBEY_CONTRACT_STOCK_HEADER"], "stock_"
+        include_paths, defines, prefix = (
+            [],
+            ["-DCLONE_OBEY_CONTRACT_STOCK_HEADER"],
+            "stock_",
+        )
     else:
         header = INCLUDE_ROOT / HEADER
         if not header.exists():
@@ -73,7 +77,12 @@ def _load_extension(stock):
         sources=[str(SOURCE)],
         extra_include_paths=include_paths,
         # Hidden inline symbols: calls bind to this library's own copy of the header.
-        extra_cflags=["-O1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", *defines],
+        extra_cflags=[
+            "-O1",
+            "-fvisibility=hidden",
+            "-fvisibility-inlines-hidden",
+            *defines,
+        ],
         build_directory=str(build_dir),
         verbose=False,
     )
@@ -109,7 +118,10 @@ def variables(shape, dtype):
         yield "permuted", base.transpose(0, -1).contiguous().transpose(0, -1)
     if 1 in shape:
         odd = [97 if s == 1 else st for s, st in zip(shape, base.stride(), strict=True)]
-        yield "size1_odd_stride", torch.empty_strided(shape, odd, dtype=dtype).copy_(base)
+        yield (
+            "size1_odd_stride",
+            torch.empty_strided(shape, odd, dtype=dtype).copy_(base),
+        )
     wide = torch.randn(*shape[:-1], shape[-1] * 2, dtype=dtype)
     yield "non_dense", wide[..., ::2]
     yield "overlapping", torch.randn(1, dtype=dtype).expand(shape)
@@ -129,7 +141,10 @@ def new_grads(shape, dtype):
     if dtype.is_complex:
         yield "conj_view", torch.randn(shape, dtype=dtype).conj()
     else:
-        yield "neg_view", torch.randn(shape, dtype=torch.complex128).conj().imag.to(dtype)
+        yield (
+            "neg_view",
+            torch.randn(shape, dtype=torch.complex128).conj().imag.to(dtype),
+        )
 
 
 SHAPES = [(5,), (3, 4), (2, 1, 3), (1, 3, 1, 4), (2, 3, 4, 5), (2, 3, 2, 2, 3), (0, 3)]
@@ -154,7 +169,10 @@ def any_layouts(shape):
     if torch.backends.mkldnn.is_available():
         yield "mkldnn", dense.to_mkldnn()
     yield "nested", torch.nested.nested_tensor([dense, dense * 2])
-    yield "jagged", torch.nested.nested_tensor([dense, dense[1:] * 2], layout=torch.jagged)
+    yield (
+        "jagged",
+        torch.nested.nested_tensor([dense, dense[1:] * 2], layout=torch.jagged),
+    )
 
 
 def graph_desc(fn):
@@ -218,7 +236,7 @@ def outcome(fn, *args, **kwargs):
     """fn's result, or the first line of the error it raises (same path: same error)."""
     try:
         return fn(*args, **kwargs), None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
 
 
@@ -241,7 +259,9 @@ class TestCloneObeyContract(TestCase):
         self.assertEqual(patched.shape, stock.shape)
         self.assertEqual(patched.stride(), stock.stride())
         self.assertEqual(patched.dtype, stock.dtype)
-        self.assertEqual((patched.is_conj(), patched.is_neg()), (stock.is_conj(), stock.is_neg()))
+        self.assertEqual(
+            (patched.is_conj(), patched.is_neg()), (stock.is_conj(), stock.is_neg())
+        )
         self.assertTrue(torch.equal(patched, stock))
         self.assertEqual(patched.requires_grad, stock.requires_grad)
         self.assertEqual(graph_desc(patched.grad_fn), graph_desc(stock.grad_fn))
@@ -254,22 +274,35 @@ class TestCloneObeyContract(TestCase):
     def _assert_same_tensor(self, actual, expected):
         self.assertEqual(
             (actual.layout, actual.is_nested, actual.dtype, actual.requires_grad),
-            (expected.layout, expected.is_nested, expected.dtype, expected.requires_grad),
+            (
+                expected.layout,
+                expected.is_nested,
+                expected.dtype,
+                expected.requires_grad,
+            ),
         )
         if actual.layout == torch.jagged:
             self.assertEqual(actual.offsets(), expected.offsets())
             actual, expected = actual.values(), expected.values()
         elif actual.is_nested:
-            self.assertEqual(actual._nested_tensor_size(), expected._nested_tensor_size())
-            self.assertEqual(actual._nested_tensor_strides(), expected._nested_tensor_strides())
-            self.assertTrue(torch.equal(actual.to_padded_tensor(0), expected.to_padded_tensor(0)))
+            self.assertEqual(
+                actual._nested_tensor_size(), expected._nested_tensor_size()
+            )
+            self.assertEqual(
+                actual._nested_tensor_strides(), expected._nested_tensor_strides()
+            )
+            self.assertTrue(
+                torch.equal(actual.to_padded_tensor(0), expected.to_padded_tensor(0))
+            )
             return
         self.assertEqual(actual.shape, expected.shape)
         if actual.layout == torch.strided:
             self.assertEqual(actual.stride(), expected.stride())
             self.assertTrue(torch.equal(actual, expected))
         else:
-            self.assertTrue(torch.equal(actual.detach().to_dense(), expected.detach().to_dense()))
+            self.assertTrue(
+                torch.equal(actual.detach().to_dense(), expected.detach().to_dense())
+            )
 
     def test_sparse_leaves_match_the_wheel(self):
         # AccumulateGrad of a strided (or same-layout sparse) gradient into a sparse leaf.
@@ -287,13 +320,17 @@ class TestCloneObeyContract(TestCase):
             grads = dict(new_grads((4, 6), torch.float32))
             grads["same_sparse_layout"] = to_layout(torch.randn(4, 6))
             for g_name, new_grad in grads.items():
-                with self.subTest(variable=v_name, grad=g_name, create_graph=create_graph):
+                with self.subTest(
+                    variable=v_name, grad=g_name, create_graph=create_graph
+                ):
                     leaf = variable.detach().requires_grad_()
                     grad = new_grad.detach().requires_grad_(create_graph)
                     _, expected_error = outcome(
                         torch.autograd.backward, leaf, grad, create_graph=create_graph
                     )
-                    actual, actual_error = outcome(ext.accumulate_grad, leaf, grad, create_graph)
+                    actual, actual_error = outcome(
+                        ext.accumulate_grad, leaf, grad, create_graph
+                    )
                     self.assertEqual(actual_error, expected_error)
                     if expected_error is None:
                         self._assert_same_tensor(actual, leaf.grad)
@@ -310,18 +347,27 @@ class TestCloneObeyContract(TestCase):
         for (v_name, variable), (g_name, new_grad), create_graph in itertools.product(
             list(any_layouts((4, 6))), list(any_layouts((4, 6))), [False, True]
         ):
-            if v_name in ("contiguous", "transposed") and g_name in ("contiguous", "transposed"):
+            if v_name in ("contiguous", "transposed") and g_name in (
+                "contiguous",
+                "transposed",
+            ):
                 continue  # strided: test_plain_tensors_match_the_stock_function_on_every_layout
             with self.subTest(variable=v_name, grad=g_name, create_graph=create_graph):
                 grad = new_grad.detach().requires_grad_(create_graph)
                 with torch.autograd.set_grad_enabled(create_graph):
-                    expected, expected_error = outcome(stock.clone_obey_contract, grad, variable)
-                    actual, actual_error = outcome(ext.clone_obey_contract, grad, variable)
+                    expected, expected_error = outcome(
+                        stock.clone_obey_contract, grad, variable
+                    )
+                    actual, actual_error = outcome(
+                        ext.clone_obey_contract, grad, variable
+                    )
                 self.assertEqual(actual_error, expected_error)
                 if expected_error is None:
                     self._assert_same_tensor(actual, expected)
                 if v_name not in ("contiguous", "transposed"):
-                    self.assertEqual(outcome(ext.exact_memory_format, variable), ("none", None))
+                    self.assertEqual(
+                        outcome(ext.exact_memory_format, variable), ("none", None)
+                    )
 
     def test_symbolic_sizes_take_the_stock_path(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -349,9 +395,10 @@ class TestCloneObeyContract(TestCase):
         torch.manual_seed(0)
         cases = 0
         for shape, dtype in itertools.product(SHAPES, DTYPES):
-            for (v_name, variable), (g_name, new_grad), create_graph in itertools.product(
-                list(variables(shape, dtype)), list(new_grads(shape, dtype)), [False, True]
-            ):
+            combos = itertools.product(
+                variables(shape, dtype), new_grads(shape, dtype), [False, True]
+            )
+            for (v_name, variable), (g_name, new_grad), create_graph in combos:
                 with self.subTest(shape=shape, dtype=dtype, variable=v_name, grad=g_name,
                                   create_graph=create_graph):  # fmt: skip
                     self._check_same_as_stock(variable, new_grad, create_graph)
@@ -365,10 +412,13 @@ class TestCloneObeyContract(TestCase):
         stock = require_extension(self, stock=True)
         torch.manual_seed(0)
         for shape, dtype in itertools.product(
-            [(3, 4), (1, 3, 1, 4), (2, 3, 4, 5), (2, 3, 2, 2, 3)], [torch.float32, torch.complex64]
+            [(3, 4), (1, 3, 1, 4), (2, 3, 4, 5), (2, 3, 2, 2, 3)],
+            [torch.float32, torch.complex64],
         ):
             for (v_name, variable), (g_name, new_grad), grad_mode in itertools.product(
-                list(variables(shape, dtype)), list(new_grads(shape, dtype)), [False, True]
+                list(variables(shape, dtype)),
+                list(new_grads(shape, dtype)),
+                [False, True],
             ):
                 with self.subTest(shape=shape, dtype=dtype, variable=v_name, grad=g_name,
                                   grad_mode=grad_mode):  # fmt: skip
@@ -382,7 +432,9 @@ class TestCloneObeyContract(TestCase):
                     self._assert_same_tensor(actual, expected)
                     self.assertEqual((actual.is_conj(), actual.is_neg()),
                                      (expected.is_conj(), expected.is_neg()))  # fmt: skip
-                    self.assertEqual(graph_desc(actual.grad_fn), graph_desc(expected.grad_fn))
+                    self.assertEqual(
+                        graph_desc(actual.grad_fn), graph_desc(expected.grad_fn)
+                    )
 
     def test_create_graph_history_matches_test_autograd(self):
         # test_autograd.py's TestAutograd.test_function and test_once_differentiable: the
@@ -418,11 +470,14 @@ class TestCloneObeyContract(TestCase):
                 y = torch.randn(5, 5, dtype=torch.double, requires_grad=True)
                 go = torch.ones((), dtype=torch.double, requires_grad=True)
                 fn.apply(x, 2, y).sum().backward(go, create_graph=True)
-                gx, _ = torch.autograd.grad(fn.apply(x, 2, y).sum(), (x, y), go, create_graph=True)
+                gx, _ = torch.autograd.grad(
+                    fn.apply(x, 2, y).sum(), (x, y), go, create_graph=True
+                )
                 actual = graph_desc(ext.accumulate_grad(x, gx, True).grad_fn)
                 self.assertEqual(actual, graph_desc(x.grad.grad_fn))
                 self.assertTrue(actual.startswith("CopyBackwards(None, "), actual)
-                if fn is OnceDifferentiable:  # the string test_once_differentiable asserts
+                # The string test_once_differentiable asserts.
+                if fn is OnceDifferentiable:
                     self.assertEqual(
                         actual,
                         "CopyBackwards(None, Error(AccumulateGrad(), None, AccumulateGrad()))",
@@ -447,7 +502,11 @@ class TestCloneObeyContract(TestCase):
         require_extension(self)
         torch.manual_seed(0)
         cases = {
-            "contiguous": (torch.randn(3, 4), torch.randn(4, 3).t(), "contiguous_format"),
+            "contiguous": (
+                torch.randn(3, 4),
+                torch.randn(4, 3).t(),
+                "contiguous_format",
+            ),
             "channels_last": (
                 torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
                 torch.randn(2, 3, 4, 5),
@@ -466,13 +525,15 @@ class TestCloneObeyContract(TestCase):
             "permuted": (torch.randn(4, 3).t(), torch.randn(3, 4), None),
             "non_dense": (torch.randn(3, 8)[:, ::2], torch.randn(3, 4), None),
         }
-        for (name, (variable, new_grad, fmt)), grad_mode, accumulate in itertools.product(
-            cases.items(), [False, True], [False, True]
-        ):
-            with self.subTest(variable=name, grad_mode=grad_mode, accumulate=accumulate):
-                (expected_ops, expected, expected_error), (actual_ops, actual, actual_error) = (
-                    self._subclass_outcomes(variable, new_grad, grad_mode, accumulate)
-                )
+        combos = itertools.product(cases.items(), [False, True], [False, True])
+        for (name, (variable, new_grad, fmt)), grad_mode, accumulate in combos:
+            with self.subTest(
+                variable=name, grad_mode=grad_mode, accumulate=accumulate
+            ):
+                (
+                    (expected_ops, expected, expected_error),
+                    (actual_ops, actual, actual_error),
+                ) = self._subclass_outcomes(variable, new_grad, grad_mode, accumulate)
                 self.assertIsNone(expected_error)
                 self.assertIsNone(actual_error)
                 self.assertIsInstance(actual, LoggingTensor)
@@ -483,7 +544,10 @@ class TestCloneObeyContract(TestCase):
                     self.assertEqual(actual_ops, expected_ops)
                     self.assertIn(
                         actual_ops,
-                        (["new_empty_strided", "copy_"], ["clone(torch.contiguous_format)"]),
+                        (
+                            ["new_empty_strided", "copy_"],
+                            ["clone(torch.contiguous_format)"],
+                        ),
                     )
                 self.assertEqual(actual.shape, expected.shape)
                 self.assertEqual(actual.stride(), expected.stride())
@@ -491,7 +555,9 @@ class TestCloneObeyContract(TestCase):
                     self.assertEqual(actual.stride(), variable.stride())
                 self.assertEqual(actual.elem.stride(), expected.elem.stride())
                 self.assertTrue(torch.equal(actual.elem, expected.elem))
-                self.assertEqual(graph_desc(actual.grad_fn), graph_desc(expected.grad_fn))
+                self.assertEqual(
+                    graph_desc(actual.grad_fn), graph_desc(expected.grad_fn)
+                )
 
     def test_subclass_clone_without_the_variable_strides_is_not_returned(self):
         # A clone that ignores memory_format would break the layout contract: the result
@@ -501,13 +567,21 @@ class TestCloneObeyContract(TestCase):
         torch.manual_seed(0)
         cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
         cases = {
-            "channels_last variable, contiguous grad": (cl, torch.randn(2, 3, 4, 5), False),
+            "channels_last variable, contiguous grad": (
+                cl,
+                torch.randn(2, 3, 4, 5),
+                False,
+            ),
             "contiguous variable, transposed grad": (
                 torch.randn(3, 4),
                 torch.randn(4, 3).t(),
                 False,
             ),
-            "contiguous variable, contiguous grad": (torch.randn(3, 4), torch.randn(3, 4), True),
+            "contiguous variable, contiguous grad": (
+                torch.randn(3, 4),
+                torch.randn(3, 4),
+                True,
+            ),
         }
         for (name, (variable, new_grad, clone_kept)), accumulate in itertools.product(
             cases.items(), [False, True]
@@ -518,7 +592,9 @@ class TestCloneObeyContract(TestCase):
                     IgnoresMemoryFormat.ops = []
                     grad = IgnoresMemoryFormat(new_grad)
                     if accumulate:
-                        out = e.accumulate_grad(variable.detach().requires_grad_(), grad, False)
+                        out = e.accumulate_grad(
+                            variable.detach().requires_grad_(), grad, False
+                        )
                     else:
                         with torch.no_grad():
                             out = e.clone_obey_contract(grad, variable)
@@ -527,7 +603,9 @@ class TestCloneObeyContract(TestCase):
                 if clone_kept:
                     self.assertEqual(actual_ops, ["clone"])
                 else:
-                    self.assertEqual(actual_ops, ["clone", "new_empty_strided", "copy_"])
+                    self.assertEqual(
+                        actual_ops, ["clone", "new_empty_strided", "copy_"]
+                    )
                     self.assertEqual(expected_ops, ["new_empty_strided", "copy_"])
                 self.assertEqual(actual.stride(), variable.stride())
                 self.assertEqual(actual.stride(), expected.stride())
@@ -548,15 +626,26 @@ class TestCloneObeyContract(TestCase):
             cases.items(), [False, True]
         ):
             with self.subTest(case=name, grad_mode=grad_mode):
-                (expected_ops, expected, expected_error), (actual_ops, actual, actual_error) = (
-                    self._subclass_outcomes(variable, new_grad, grad_mode)
-                )
+                (
+                    (expected_ops, expected, expected_error),
+                    (actual_ops, actual, actual_error),
+                ) = self._subclass_outcomes(variable, new_grad, grad_mode)
                 self.assertEqual(actual_ops, expected_ops)
                 self.assertEqual(actual_error, expected_error)
                 if expected_error is None:
                     self.assertEqual(
-                        (actual.shape, actual.stride(), actual.device, actual.elem.device),
-                        (expected.shape, expected.stride(), expected.device, expected.elem.device),
+                        (
+                            actual.shape,
+                            actual.stride(),
+                            actual.device,
+                            actual.elem.device,
+                        ),
+                        (
+                            expected.shape,
+                            expected.stride(),
+                            expected.device,
+                            expected.elem.device,
+                        ),
                     )
                     self.assertEqual(actual.shape, variable.shape)
                     self.assertEqual(actual.device, variable.device)
@@ -565,9 +654,13 @@ class TestCloneObeyContract(TestCase):
 def new_empty_strided_replicates_partial(op, args_schema, kwargs_schema):
     """DTensor's new_empty_strided rule without the Partial workaround: the rule of the
     initialized factories, which gives a Replicate output for a Partial input."""
-    from torch.distributed.tensor._ops._tensor_ops import new_factory_single_dim_strategy
+    from torch.distributed.tensor._ops._tensor_ops import (
+        new_factory_single_dim_strategy,
+    )
 
-    return new_factory_single_dim_strategy(aten.new_zeros.default, args_schema, kwargs_schema)
+    return new_factory_single_dim_strategy(
+        aten.new_zeros.default, args_schema, kwargs_schema
+    )
 
 
 @contextmanager
@@ -606,7 +699,10 @@ class CloneObeyContractDTensorTest(DTensorTestBase):
             return torch.arange(24.0).reshape(6, 4).mul(rank + 1).t()
 
         grad = DTensor.from_local(
-            map_local_for_rank(self.rank, local_grad), mesh, [Partial("sum")], run_check=False
+            map_local_for_rank(self.rank, local_grad),
+            mesh,
+            [Partial("sum")],
+            run_check=False,
         )
         truth = sum(local_grad(r) for r in range(self.world_size))
         with reverted_new_empty_strided_rule():
@@ -630,7 +726,9 @@ class CloneObeyContractDTensorTest(DTensorTestBase):
             self.assertEqual(out.full_tensor(), truth)
         self.assertEqual(actual.placements, expected.placements)
         self.assertEqual(actual.placements, (Replicate(),))
-        self.assertEqual(actual_comms.get_total_counts(), expected_comms.get_total_counts())
+        self.assertEqual(
+            actual_comms.get_total_counts(), expected_comms.get_total_counts()
+        )
         self.assertEqual(actual.stride(), expected.stride())
         self.assertEqual(actual.full_tensor(), truth)
 

@@ -168,9 +168,7 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
         # one __dict__ with checks per module: the root (whose forward is the
         # frame itself), layers, and per block the block, norm and proj
         self.assertEqual(len(checks), 2 + 3 * blocks)
-        by_kind = collections.Counter(
-            tuple(sorted(names)) for names in checks.values()
-        )
+        by_kind = collections.Counter(tuple(sorted(names)) for names in checks.values())
         self.assertEqual(
             by_kind,
             {

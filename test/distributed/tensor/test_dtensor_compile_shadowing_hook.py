@@ -11,8 +11,17 @@ parameter's own local tensor (inductor)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_module
-from torch.distributed.tensor.parallel import PrepareModuleInputOutput, parallelize_module
+from torch.distributed.tensor import (
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+    distribute_module,
+)
+from torch.distributed.tensor.parallel import (
+    PrepareModuleInputOutput,
+    parallelize_module,
+)
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorTestBase,
@@ -91,14 +100,20 @@ class DTensorCompileShadowingHookTest(DTensorTestBase):
             torch.manual_seed(100 + step)
             x = torch.randn(BATCH, SEQ, DIM, requires_grad=True)
             local = x.chunk(self.world_size, dim=1)[self.rank].contiguous()
-            out = moe(DTensor.from_local(local, mesh, (Shard(1),)))  # a local Shard(1) output
+            # A local Shard(1) output.
+            out = moe(DTensor.from_local(local, mesh, (Shard(1),)))
             out.sum().backward()
             results.append((out.detach(), x.grad))
-            with torch.no_grad():  # a parameter update between the steps, like a trainer
+            # A parameter update between the steps, like a trainer.
+            with torch.no_grad():
                 for p in moe.parameters():
                     p.sub_(0.1 * p.grad)
                     p.grad = None
-        weight = moe.gate._parameters["weight"] if backend is None else moe.gate._orig_mod.weight
+        weight = (
+            moe.gate._parameters["weight"]
+            if backend is None
+            else moe.gate._orig_mod.weight
+        )
         return results, weight
 
     @with_comms
@@ -107,7 +122,9 @@ class DTensorCompileShadowingHookTest(DTensorTestBase):
         for backend in ("eager", "aot_eager", "inductor"):
             torch._dynamo.reset()
             results, weight = self.train(backend)
-            for (out, x_grad), (ref_out, ref_x_grad) in zip(results, expected, strict=True):
+            for (out, x_grad), (ref_out, ref_x_grad) in zip(
+                results, expected, strict=True
+            ):
                 self.assertEqual(out, ref_out, msg=backend)
                 self.assertEqual(x_grad, ref_x_grad, msg=backend)
             self.assertEqual(weight.to_local(), expected_weight.to_local(), msg=backend)

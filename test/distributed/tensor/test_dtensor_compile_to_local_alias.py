@@ -73,8 +73,12 @@ class DTensorCompileToLocalAliasTest(TestCase):
         return torch.nn.Parameter(distribute_tensor(local, self.mesh, [placement]))
 
     @parametrize("backend", ["aot_eager", "inductor"])
-    @parametrize("fn", [to_local, to_local_t, to_local_and_mul], name_fn=lambda fn: fn.__name__)
-    @parametrize("placement", [Replicate(), Shard(0)], name_fn=lambda p: type(p).__name__.lower())
+    @parametrize(
+        "fn", [to_local, to_local_t, to_local_and_mul], name_fn=lambda fn: fn.__name__
+    )
+    @parametrize(
+        "placement", [Replicate(), Shard(0)], name_fn=lambda p: type(p).__name__.lower()
+    )
     def test_output_is_a_view_of_the_local_tensor(self, backend, fn, placement):
         param, ref = self.parameter(placement), self.parameter(placement)
         inner = param._local_tensor
@@ -110,7 +114,11 @@ class DTensorCompileToLocalAliasTest(TestCase):
             _ = out.grad_fn
 
     @parametrize("backend", ["aot_eager", "inductor"])
-    @parametrize("fn", [to_local_under_no_grad, to_local_detached], name_fn=lambda fn: fn.__name__)
+    @parametrize(
+        "fn",
+        [to_local_under_no_grad, to_local_detached],
+        name_fn=lambda fn: fn.__name__,
+    )
     def test_other_aliases_of_the_local_tensor_match_eager(self, backend, fn):
         # Not Parameters: eager's to_local() of a Parameter under no_grad wraps the local
         # tensor (gh-166156), which compiled code does not reproduce, with or without
@@ -121,11 +129,14 @@ class DTensorCompileToLocalAliasTest(TestCase):
         self.assertEqual(out, expected, atol=0, rtol=0)
         self.assertEqual(out.requires_grad, expected.requires_grad)
         self.assertIsNone(param._local_tensor.grad_fn)
-        self.assertEqual(aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor))
-
+        self.assertEqual(
+            aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor)
+        )
 
     @parametrize("backend", ["aot_eager", "inductor"])
-    @parametrize("fn", [to_local, to_local_t, to_local_detached], name_fn=lambda fn: fn.__name__)
+    @parametrize(
+        "fn", [to_local, to_local_t, to_local_detached], name_fn=lambda fn: fn.__name__
+    )
     def test_inference_graph_aliases_the_local_tensor_like_eager(self, backend, fn):
         # No output requires grad: the graph runs without an autograd.Function.
         param = self.parameter(Shard(0)).data
@@ -136,7 +147,9 @@ class DTensorCompileToLocalAliasTest(TestCase):
         self.assertEqual(out, expected, atol=0, rtol=0)
         self.assertEqual(out.stride(), expected.stride())
         self.assertIsNone(param._local_tensor.grad_fn)
-        self.assertEqual(aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor))
+        self.assertEqual(
+            aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor)
+        )
 
 
 instantiate_parametrized_tests(DTensorCompileToLocalAliasTest)

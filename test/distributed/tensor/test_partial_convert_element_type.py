@@ -44,25 +44,103 @@ def convert_element_type(dtype):
 # (reduce_op, source dtype, per-rank values, cast, keeps Partial)
 CASES = [
     # Widening float casts keep the pending sum (reduced later, in the wider dtype).
-    ("sum", torch.bfloat16, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.float32), True),
-    ("sum", torch.float16, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.float32), True),
-    ("avg", torch.float32, [[1.0, 2.5], [2.0, -0.5]], convert_element_type(torch.float64), True),
+    (
+        "sum",
+        torch.bfloat16,
+        [[1.0, 2.5], [2.0, -0.5]],
+        convert_element_type(torch.float32),
+        True,
+    ),
+    (
+        "sum",
+        torch.float16,
+        [[1.0, 2.5], [2.0, -0.5]],
+        convert_element_type(torch.float32),
+        True,
+    ),
+    (
+        "avg",
+        torch.float32,
+        [[1.0, 2.5], [2.0, -0.5]],
+        convert_element_type(torch.float64),
+        True,
+    ),
     # Narrowing float casts overflow or round each rank's value: reduce first.
-    ("sum", torch.float32, [[70000.0, 1.0], [-70000.0, 2.0]], convert_element_type(torch.float16), False),
-    ("sum", torch.float32, [[100.3, 1.0], [-100.0, 2.0]], convert_element_type(torch.bfloat16), False),
+    (
+        "sum",
+        torch.float32,
+        [[70000.0, 1.0], [-70000.0, 2.0]],
+        convert_element_type(torch.float16),
+        False,
+    ),
+    (
+        "sum",
+        torch.float32,
+        [[100.3, 1.0], [-100.0, 2.0]],
+        convert_element_type(torch.bfloat16),
+        False,
+    ),
     # max/min of a monotone cast keep.
-    ("max", torch.float32, [[70000.0, 1.0], [-70000.0, 2.0]], convert_element_type(torch.float16), True),
+    (
+        "max",
+        torch.float32,
+        [[70000.0, 1.0], [-70000.0, 2.0]],
+        convert_element_type(torch.float16),
+        True,
+    ),
     ("max", torch.int32, [[3, -9], [4, 2]], convert_element_type(torch.int64), True),
-    ("max", torch.int32, [[200, -3], [100, 5]], convert_element_type(torch.int8), False),
+    (
+        "max",
+        torch.int32,
+        [[200, -3], [100, 5]],
+        convert_element_type(torch.int8),
+        False,
+    ),
     # Float to integer: inf and out-of-range values convert to arbitrary integers.
-    ("min", torch.float32, [[INF, 3.0], [7.0, INF]], convert_element_type(torch.int64), False),
-    ("min", torch.float32, [[40000.0, 3.0], [5.0, 2.0]], convert_element_type(torch.int16), False),
-    ("max", torch.float32, [[-200.0, 0.5], [0.5, 3.0]], convert_element_type(torch.int8), False),
+    (
+        "min",
+        torch.float32,
+        [[INF, 3.0], [7.0, INF]],
+        convert_element_type(torch.int64),
+        False,
+    ),
+    (
+        "min",
+        torch.float32,
+        [[40000.0, 3.0], [5.0, 2.0]],
+        convert_element_type(torch.int16),
+        False,
+    ),
+    (
+        "max",
+        torch.float32,
+        [[-200.0, 0.5], [0.5, 3.0]],
+        convert_element_type(torch.int8),
+        False,
+    ),
     # Integer sums: no more bits keeps, wider or floating reduces first.
-    ("sum", torch.int64, [[2**62, 1], [2**62, 2]], convert_element_type(torch.int32), True),
+    (
+        "sum",
+        torch.int64,
+        [[2**62, 1], [2**62, 2]],
+        convert_element_type(torch.int32),
+        True,
+    ),
     ("sum", torch.int8, [[100, 1], [100, 2]], convert_element_type(torch.int32), False),
-    ("sum", torch.int8, [[100, 1], [100, 2]], convert_element_type(torch.float32), False),
-    ("sum", torch.float32, [[1.5, -0.5], [1.5, 2.0]], convert_element_type(torch.int32), False),
+    (
+        "sum",
+        torch.int8,
+        [[100, 1], [100, 2]],
+        convert_element_type(torch.float32),
+        False,
+    ),
+    (
+        "sum",
+        torch.float32,
+        [[1.5, -0.5], [1.5, 2.0]],
+        convert_element_type(torch.int32),
+        False,
+    ),
 ]
 
 
@@ -97,7 +175,9 @@ class DistPartialConvertElementTypeTest(DTensorTestBase):
     @with_comms
     def test_convert_element_type_matches_reduce_then_cast(self):
         mesh = self.build_device_mesh()
-        self.run_subtests({"case": CASES, "inference": [False, True]}, self._check_cast, mesh)
+        self.run_subtests(
+            {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
+        )
 
     @with_comms
     def test_convert_element_type_agrees_with_to_copy(self):

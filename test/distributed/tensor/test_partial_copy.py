@@ -27,7 +27,9 @@ class DistPartialCopyTest(DTensorTestBase):
         return 2
 
     def _dtensor(self, mesh, placement, per_rank, dtype):
-        local = map_local_for_rank(self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype))
+        local = map_local_for_rank(
+            self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype)
+        )
         return DTensor.from_local(local, mesh, [placement], run_check=False)
 
     def _copy(self, dst, src):
@@ -40,15 +42,20 @@ class DistPartialCopyTest(DTensorTestBase):
     def test_sum_into_integer_partial_is_refused_not_truncated(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("sum"), [[7, 7], [0, 0]], torch.int32)
-        src = self._dtensor(mesh, Partial("sum"), [[0.5, 1.5], [0.5, 1.5]], torch.float32)
+        src = self._dtensor(
+            mesh, Partial("sum"), [[0.5, 1.5], [0.5, 1.5]], torch.float32
+        )
         with self.assertRaisesRegex(RuntimeError, REFUSAL):
             dst.copy_(src)
         self.assertEqual(dst.full_tensor(), torch.tensor([7, 7], dtype=torch.int32))
         empty = torch.empty_like(
-            self._dtensor(mesh, Partial("sum"), [[1.0], [1.0]], torch.float32), dtype=torch.int32
+            self._dtensor(mesh, Partial("sum"), [[1.0], [1.0]], torch.float32),
+            dtype=torch.int32,
         )
         with self.assertRaisesRegex(RuntimeError, REFUSAL):
-            empty.copy_(self._dtensor(mesh, Partial("sum"), [[0.5], [0.5]], torch.float32))
+            empty.copy_(
+                self._dtensor(mesh, Partial("sum"), [[0.5], [0.5]], torch.float32)
+            )
 
     @with_comms
     def test_same_dtype_copy_keeps_product_and_bitwise_partials(self):
@@ -69,7 +76,9 @@ class DistPartialCopyTest(DTensorTestBase):
     def test_max_into_uint8_partial_reduces_the_source_first(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("max"), [[0, 0], [0, 0]], torch.uint8)
-        src = self._dtensor(mesh, Partial("max"), [[-1.0, 7.0], [3.0, 2.0]], torch.float32)
+        src = self._dtensor(
+            mesh, Partial("max"), [[-1.0, 7.0], [3.0, 2.0]], torch.float32
+        )
         self.assertEqual(self._copy(dst, src), 1)
         self.assertEqual(dst.placements, (Partial("max"),))
         self.assertEqual(dst.full_tensor(), torch.tensor([3, 7], dtype=torch.uint8))
@@ -77,8 +86,12 @@ class DistPartialCopyTest(DTensorTestBase):
     @with_comms
     def test_commuting_copies_keep_partial_without_collectives(self):
         mesh = self.build_device_mesh()
-        dst = self._dtensor(mesh, Partial("sum"), [[0.0, 0.0], [0.0, 0.0]], torch.float32)
-        src = self._dtensor(mesh, Partial("sum"), [[1.0, 2.0], [0.5, -1.0]], torch.bfloat16)
+        dst = self._dtensor(
+            mesh, Partial("sum"), [[0.0, 0.0], [0.0, 0.0]], torch.float32
+        )
+        src = self._dtensor(
+            mesh, Partial("sum"), [[1.0, 2.0], [0.5, -1.0]], torch.bfloat16
+        )
         self.assertEqual(self._copy(dst, src), 0)
         self.assertEqual(dst.full_tensor(), torch.tensor([1.5, 1.0]))
         dst = self._dtensor(mesh, Partial("avg"), [[0.0], [0.0]], torch.float32)

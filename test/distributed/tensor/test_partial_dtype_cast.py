@@ -62,7 +62,13 @@ CASES = [
     ("sum", torch.float32, [[1.5, -0.5], [1.5, 2.0]], lambda t: t.int(), False),
     ("avg", torch.float32, [[1.5, 2.5], [2.5, 3.5]], lambda t: t.int(), False),
     ("sum", torch.float32, [[0.2, -0.1], [0.0, 0.0]], lambda t: t.bool(), False),
-    ("sum", torch.float32, [[1.5, 2.0], [2.5, 3.0]], lambda t: t.type(torch.int64), False),
+    (
+        "sum",
+        torch.float32,
+        [[1.5, 2.0], [2.5, 3.0]],
+        lambda t: t.type(torch.int64),
+        False,
+    ),
     # A bool "sum" saturates.
     ("sum", torch.bool, [[True, False], [True, True]], lambda t: t.long(), False),
     ("sum", torch.bool, [[True, False], [True, False]], to(torch.float32), False),
@@ -76,7 +82,13 @@ CASES = [
     ("avg", torch.float32, [[70000.0, 1.0], [-70000.0, 2.0]], to(torch.float16), False),
     ("sum", torch.float64, [[1e300, 1.0], [-1e300, 2.0]], to(torch.float32), False),
     ("sum", torch.float16, [[1.0029296875], [1.5068359375]], to(torch.bfloat16), False),
-    ("sum", torch.complex128, [[1e300 + 1j], [-1e300 + 2j]], to(torch.complex64), False),
+    (
+        "sum",
+        torch.complex128,
+        [[1e300 + 1j], [-1e300 + 2j]],
+        to(torch.complex64),
+        False,
+    ),
     # Casts that hold every source value keep the pending sum.
     ("sum", torch.bfloat16, [[1.0, 2.5], [2.0, -0.5]], to(torch.float32), True),
     ("sum", torch.float16, [[1.0, 2.5], [2.0, -0.5]], to(torch.float32), True),
@@ -117,7 +129,9 @@ class DistPartialDtypeCastTest(DTensorTestBase):
     @with_comms
     def test_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
-        self.run_subtests({"case": CASES, "inference": [False, True]}, self._check_cast, mesh)
+        self.run_subtests(
+            {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
+        )
 
     @with_comms
     def test_mixed_precision_round_trip(self):
@@ -132,8 +146,12 @@ class DistPartialDtypeCastTest(DTensorTestBase):
                 down = dt.to(low)
             self.assertEqual(comm_mode.get_total_counts(), 1)
             self.assertEqual(down.placements, (Replicate(),))
-            self.assertEqual(down.full_tensor(), self._truth("sum", make, torch.float32).to(low))
-            low_partial = self._partial(mesh, "sum", values(low, [[1.0, 3.0], [2.0, -0.5]]))
+            self.assertEqual(
+                down.full_tensor(), self._truth("sum", make, torch.float32).to(low)
+            )
+            low_partial = self._partial(
+                mesh, "sum", values(low, [[1.0, 3.0], [2.0, -0.5]])
+            )
             comm_mode = CommDebugMode()
             with comm_mode:
                 up = low_partial.float()
@@ -142,7 +160,9 @@ class DistPartialDtypeCastTest(DTensorTestBase):
             self.assertEqual(up.full_tensor(), torch.tensor([3.0, 2.5]))
 
 
-DistPartialDtypeCastTestWithLocalTensor = create_local_tensor_test_class(DistPartialDtypeCastTest)
+DistPartialDtypeCastTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialDtypeCastTest
+)
 
 
 if __name__ == "__main__":

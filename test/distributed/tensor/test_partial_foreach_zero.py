@@ -26,7 +26,9 @@ class DistPartialForeachZeroTest(DTensorTestBase):
 
     def _check_zero_grad(self, mesh, reduce_op, foreach):
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(4))
-        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, mesh, [Replicate()], run_check=False)
+        )
         weight.grad = self._dtensor(mesh, Partial(reduce_op))
         optimizer = torch.optim.Adam([weight], foreach=foreach)
         comm_mode = CommDebugMode()

@@ -48,7 +48,9 @@ class DistPartialGradLayoutContractTest(DTensorTestBase):
 
     def _weight(self, mesh):
         torch.manual_seed(0)
-        return nn.Parameter(distribute_tensor(torch.randn(4, 8, 8), mesh, [Replicate()]))
+        return nn.Parameter(
+            distribute_tensor(torch.randn(4, 8, 8), mesh, [Replicate()])
+        )
 
     def _loss(self, weight, x, use_transpose, use_custom_fn):
         w = weight.to_local(grad_placements=[Partial()])
@@ -89,7 +91,9 @@ class DistPartialGradLayoutContractTest(DTensorTestBase):
         # grad.new_empty_strided(base) + copy_.
         mesh = self.build_device_mesh()
         weight = self._weight(mesh)
-        upstream = map_local_for_rank(self.rank, lambda r: torch.ones(4, 8, 8) * (r + 1))
+        upstream = map_local_for_rank(
+            self.rank, lambda r: torch.ones(4, 8, 8) * (r + 1)
+        )
         comm_mode = CommDebugMode()
         with comm_mode:
             y = weight.to_local(grad_placements=[Partial()]) * 1

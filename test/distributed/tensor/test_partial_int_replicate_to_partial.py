@@ -28,7 +28,9 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
         return 2
 
     def _dtensor(self, mesh, placement, per_rank, dtype):
-        local = map_local_for_rank(self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype))
+        local = map_local_for_rank(
+            self.rank, lambda r: torch.tensor(per_rank[r], dtype=dtype)
+        )
         return DTensor.from_local(local, mesh, [placement], run_check=False)
 
     def _to_partial_sum(self, rep):
@@ -52,7 +54,9 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
             self.assertEqual(part.to_local().dtype, dtype)
             expected = map_local_for_rank(
                 self.rank,
-                lambda r, dtype=dtype: torch.tensor(values if r == 0 else [0] * 4, dtype=dtype),
+                lambda r, dtype=dtype: torch.tensor(
+                    values if r == 0 else [0] * 4, dtype=dtype
+                ),
             )
             self.assertEqual(part.to_local(), expected)
             self.assertEqual(part.full_tensor(), torch.tensor(values, dtype=dtype))
@@ -61,7 +65,9 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
     def test_replicate_into_integer_sum_partial_is_not_divided(self):
         mesh = self.build_device_mesh()
         for dtype in (torch.int64, torch.int32, torch.bool):
-            dst = self._dtensor(mesh, Partial("sum"), [[0, 0, 0, 0], [0, 0, 0, 0]], dtype)
+            dst = self._dtensor(
+                mesh, Partial("sum"), [[0, 0, 0, 0], [0, 0, 0, 0]], dtype
+            )
             values = [3, 5, 0, 9]
             src = self._dtensor(mesh, Replicate(), [values, values], dtype)
             comm_mode = CommDebugMode()

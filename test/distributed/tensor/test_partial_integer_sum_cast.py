@@ -81,7 +81,9 @@ class DistPartialIntegerSumCastTest(DTensorTestBase):
     @with_comms
     def test_integer_sum_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
-        self.run_subtests({"case": CASES, "inference": [False, True]}, self._check_cast, mesh)
+        self.run_subtests(
+            {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
+        )
 
 
 DistPartialIntegerSumCastTestWithLocalTensor = create_local_tensor_test_class(

@@ -119,7 +119,9 @@ class DistPartialProductTest(DTensorTestBase):
         # grad.new_empty_strided(base) + copy_ of a Replicate result.
         mesh = self.build_device_mesh()
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
-        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, mesh, [Replicate()], run_check=False)
+        )
         y = weight.to_local(grad_placements=[Partial("product")]) * 1
         y[0].mul_(2)
         y.backward(map_local_for_rank(self.rank, rank_values))
@@ -135,7 +137,9 @@ class DistPartialProductTest(DTensorTestBase):
             ("bor", lambda a, b: a | b),
             ("bxor", lambda a, b: a ^ b),
         ):
-            values = [torch.tensor([[12, 7], [5, 3]]) + r for r in range(self.world_size)]
+            values = [
+                torch.tensor([[12, 7], [5, 3]]) + r for r in range(self.world_size)
+            ]
             truth = values[0]
             for v in values[1:]:
                 truth = reduce(truth, v)
@@ -153,7 +157,9 @@ class DistPartialProductTest(DTensorTestBase):
     def test_accumulate_grad_keeps_a_product_gradient(self):
         mesh = self.build_device_mesh()
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
-        weight = torch.nn.Parameter(DTensor.from_local(ones, mesh, [Replicate()], run_check=False))
+        weight = torch.nn.Parameter(
+            DTensor.from_local(ones, mesh, [Replicate()], run_check=False)
+        )
         local = weight.to_local(grad_placements=[Partial("product")])
         upstream = map_local_for_rank(self.rank, rank_values)
         comm_mode = CommDebugMode()
@@ -162,7 +168,6 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 0)
         self.assertEqual(weight.grad.placements, (Partial("product"),))
         self.assertEqual(weight.grad.full_tensor(), self._truth())
-
 
     def _check_reinterpreting_view(self, mesh, reduce_op, values, target, keeps):
         reduce = {
@@ -178,11 +183,15 @@ class DistPartialProductTest(DTensorTestBase):
         with comm_mode:
             out = dt.view(target)
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
-        self.assertEqual(out.placements, (Partial(reduce_op) if keeps else Replicate(),))
+        self.assertEqual(
+            out.placements, (Partial(reduce_op) if keeps else Replicate(),)
+        )
         self.assertEqual(out.full_tensor(), truth)
 
     @with_comms
-    def test_reinterpreting_views_keep_product_and_bitwise_partials_between_integers(self):
+    def test_reinterpreting_views_keep_product_and_bitwise_partials_between_integers(
+        self,
+    ):
         # Products wrap alike in integers of one size whatever the signedness;
         # bitwise reductions act on each bit whatever the element size. A view
         # to a floating dtype reduces first.
@@ -191,7 +200,12 @@ class DistPartialProductTest(DTensorTestBase):
         for reduce_op, values, target, keeps in (
             ("product", [([16, -3], i8), ([16, 5], i8)], torch.uint8, True),
             ("product", [([16, -3], i16), ([16, 5], i16)], torch.int8, False),
-            ("bxor", [([0x01020304, 7], i32), ([0x10203040, 9], i32)], torch.uint8, True),
+            (
+                "bxor",
+                [([0x01020304, 7], i32), ([0x10203040, 9], i32)],
+                torch.uint8,
+                True,
+            ),
             ("band", [([0x0F0F, 7], i16), ([0x00FF, 12], i16)], torch.int8, True),
             ("bxor", [([5, 7], i32), ([3, 9], i32)], torch.float32, False),
         ):
@@ -272,7 +286,8 @@ class DistPartialProductTest(DTensorTestBase):
         # plan and raise, leaving the DTensor unchanged.
         is_int = reduce_op in ("band", "bor", "bxor")
         local = map_local_for_rank(
-            self.rank, lambda r: torch.tensor([[3, 1], [2, 5]]) + r if is_int else rank_values(r)
+            self.rank,
+            lambda r: torch.tensor([[3, 1], [2, 5]]) + r if is_int else rank_values(r),
         )
         dt = DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
         before = dt.to_local().clone()
@@ -283,7 +298,9 @@ class DistPartialProductTest(DTensorTestBase):
                 dt.fill_(value)
             self.assertEqual(comm_mode.get_total_counts(), 0)
             self.assertEqual(dt.placements, (Partial(reduce_op),))
-            truth = torch.full((2, 2), value * (self.world_size if reduce_op == "sum" else 1))
+            truth = torch.full(
+                (2, 2), value * (self.world_size if reduce_op == "sum" else 1)
+            )
             self.assertEqual(dt.full_tensor(), truth)
         else:
             with self.assertRaisesRegex(RuntimeError, "placement"), comm_mode:
@@ -298,7 +315,9 @@ class DistPartialProductTest(DTensorTestBase):
         self.run_subtests({"reduce_op": reduce_ops}, self._check_fill, mesh)
 
 
-DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(DistPartialProductTest)
+DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialProductTest
+)
 
 
 if __name__ == "__main__":

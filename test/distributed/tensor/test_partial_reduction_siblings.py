@@ -52,9 +52,21 @@ CASES = [
     ("nansum", "sum", torch.nansum, NAN_PER_RANK, False),
     ("linalg._powsum(2)", "sum", lambda t: aten.linalg__powsum(t, 2), PER_RANK, False),
     ("linalg._powsum(1)", "sum", lambda t: aten.linalg__powsum(t, 1), PER_RANK, False),
-    ("_foreach_powsum(2)", "sum", first(lambda ts: aten._foreach_powsum(ts, 2)), PER_RANK, False),
+    (
+        "_foreach_powsum(2)",
+        "sum",
+        first(lambda ts: aten._foreach_powsum(ts, 2)),
+        PER_RANK,
+        False,
+    ),
     ("vector_norm(2)", "sum", torch.linalg.vector_norm, PER_RANK, False),
-    ("vector_norm(inf)", "max", lambda t: torch.linalg.vector_norm(t, math.inf), PER_RANK, False),
+    (
+        "vector_norm(inf)",
+        "max",
+        lambda t: torch.linalg.vector_norm(t, math.inf),
+        PER_RANK,
+        False,
+    ),
     ("_foreach_norm(2)", "sum", first(torch._foreach_norm), PER_RANK, False),
 ]
 
@@ -72,7 +84,9 @@ class DistPartialReductionSiblingsTest(DTensorTestBase):
         comm_mode = CommDebugMode()
         with comm_mode:
             out = fn(dt)
-        self.assertEqual(out.placements, (Partial(reduce_op) if keeps else Replicate(),), name)
+        self.assertEqual(
+            out.placements, (Partial(reduce_op) if keeps else Replicate(),), name
+        )
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1, name)
         self.assertEqual(out.full_tensor(), truth, equal_nan=True, msg=name)
 

@@ -9,7 +9,13 @@ The ground truth reduces the per-rank values first and then views the result.
 """
 
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import (
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+    distribute_tensor,
+)
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
@@ -96,7 +102,9 @@ class DistPartialViewDtypeTest(DTensorTestBase):
         with comm_mode:
             out = dt.view(target)
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
-        self.assertEqual(out.placements, (Partial(reduce_op) if keeps else Replicate(),))
+        self.assertEqual(
+            out.placements, (Partial(reduce_op) if keeps else Replicate(),)
+        )
         self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
 
     @with_comms
@@ -108,7 +116,11 @@ class DistPartialViewDtypeTest(DTensorTestBase):
 
     def _check_shard_last_dim(self, mesh, case):
         shape, src, target, keeps_shard = case
-        full = torch.arange(shape[0] * shape[1], dtype=torch.float64).reshape(shape).to(src)
+        full = (
+            torch.arange(shape[0] * shape[1], dtype=torch.float64)
+            .reshape(shape)
+            .to(src)
+        )
         dt = distribute_tensor(full, mesh, [Shard(1)])
         comm_mode = CommDebugMode()
         with comm_mode:
@@ -138,7 +150,9 @@ class DistPartialViewDtypeTest(DTensorTestBase):
         )
 
 
-DistPartialViewDtypeTestWithLocalTensor = create_local_tensor_test_class(DistPartialViewDtypeTest)
+DistPartialViewDtypeTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialViewDtypeTest
+)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ class DistUnsuppliedPartialRulesTest(DTensorTestBase):
         return out, rules
 
     def _dtensor(self, mesh, last):
-        local = map_local_for_rank(self.rank, lambda r: torch.arange(8.0).reshape(2, 4) + r)
+        local = map_local_for_rank(
+            self.rank, lambda r: torch.arange(8.0).reshape(2, 4) + r
+        )
         placements = [Shard(0), Replicate(), last]
         return DTensor.from_local(local, mesh, placements, run_check=False)
 
@@ -96,7 +98,9 @@ class DistUnsuppliedPartialRulesTest(DTensorTestBase):
         comm_mode = CommDebugMode()
         with comm_mode:
             out, rules = self._rules_used(lambda a, b: torch.cat([a, b], dim=1), x, y)
-        reduce_ops = {p.reduce_op for rule in rules for p in rule[1:] if isinstance(p, Partial)}
+        reduce_ops = {
+            p.reduce_op for rule in rules for p in rule[1:] if isinstance(p, Partial)
+        }
         # only the carried Partial(sum): the others would need both inputs converted,
         # which is never cheaper than the all-Replicate rule
         self.assertEqual(reduce_ops, {"sum"})
