@@ -94,6 +94,90 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(opt_mod(x), x * 2)
         self.assertEqual(cnt.frame_count, 1)
 
+    def test_dict_iterate_to_remove_shadows_then_graph_break(self):
+        # Like the pop above, but the frame finds the shadows by iterating
+        # __dict__: the keys it iterates over are guarded, so a later call with a
+        # shadow present recompiles the first frame and removes it, as in eager.
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(2))
+
+            def forward(self, x):
+                for k in [k for k in self.__dict__ if k in self._parameters]:
+                    del self.__dict__[k]
+                torch._dynamo.graph_break()
+                return x * self.weight
+
+        mod = Mod()
+        opt_mod = torch.compile(mod, backend="eager")
+        x = torch.ones(2)
+        with torch.no_grad():
+            self.assertEqual(opt_mod(x), x)
+            mod.__dict__["weight"] = torch.full((2,), 5.0)
+            self.assertEqual(opt_mod(x), x)
+            self.assertNotIn("weight", mod.__dict__)
+
+    def test_dict_keys_items_and_len(self):
+        class Obj:
+            pass
+
+        for read in (
+            lambda d: len(d),
+            lambda d: len(list(d.keys())),
+            lambda d: len([v for _, v in d.items()]),
+            lambda d: len(d.copy()),
+        ):
+            obj = Obj()
+            cnt = CompileCounter()
+            fn = torch.compile(
+                lambda x: x * read(obj.__dict__), backend=cnt, fullgraph=True
+            )  # noqa: B023
+            x = torch.ones(1)
+            self.assertEqual(fn(x), x * 0)
+            obj.scale = 7.0
+            self.assertEqual(fn(x), x * 1)
+            self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_setdefault(self):
+        # setdefault returns the value present on entry, or writes the default:
+        # it must not keep writing the default over a value set later.
+        class Obj:
+            pass
+
+        obj = Obj()
+        cnt = CompileCounter()
+
+        @torch.compile(backend=cnt, fullgraph=True)
+        def fn(x):
+            return x * obj.__dict__.setdefault("scale", 2.0)
+
+        x = torch.ones(1)
+        self.assertEqual(fn(x), x * 2)
+        obj.scale = 7.0
+        self.assertEqual(fn(x), x * 7)
+        self.assertEqual(obj.scale, 7.0)
+        self.assertEqual(fn(x), x * 7)
+        self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_store_needs_no_keys_guard(self):
+        # A store into __dict__ does not depend on the keys already there: adding
+        # an unrelated attribute must not recompile.
+        class Mod(torch.nn.Module):
+            def forward(self, x):
+                self.__dict__["scale"] = 2.0
+                self.__dict__.update(offset=1.0)
+                return x * self.scale + self.offset
+
+        mod = Mod()
+        cnt = CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+        x = torch.ones(2)
+        self.assertEqual(opt_mod(x), x * 2 + 1)
+        mod.unrelated = 1
+        self.assertEqual(opt_mod(x), x * 2 + 1)
+        self.assertEqual(cnt.frame_count, 1)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
