@@ -132,7 +132,7 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
             cnt = CompileCounter()
             fn = torch.compile(
                 lambda x: x * read(obj.__dict__), backend=cnt, fullgraph=True
-            )  # noqa: B023
+            )
             x = torch.ones(1)
             self.assertEqual(fn(x), x * 0)
             obj.scale = 7.0
