@@ -50,7 +50,8 @@ def cases(meshes):
     def placements(ndim, last):
         return {1: [last], 2: [Shard(0), last], 3: [Shard(0), Replicate(), last]}[ndim]
 
-    def dtensor(mesh, last=Partial(), dtype=torch.float32, shape=(8, 8)):
+    def dtensor(mesh, last=None, dtype=torch.float32, shape=(8, 8)):
+        last = Partial() if last is None else last
         local = torch.ones(shape, dtype=dtype)
         full_shape = torch.Size(shape)
         return DTensor.from_local(
@@ -104,8 +105,10 @@ def cases(meshes):
         ("to(int32)", op(lambda x: x.to(i32))),
         ("int64 .float()", op(lambda x: x.float(), dtype=i64)),
         ("prims.convert_element_type(bf16)", op(lambda x: prims.convert_element_type(x, bf16))),
-        ("bf16 prims.convert_element_type(f32)",
-         op(lambda x: prims.convert_element_type(x, f32), dtype=bf16)),  # fmt: skip
+        (
+            "bf16 prims.convert_element_type(f32)",
+            op(lambda x: prims.convert_element_type(x, f32), dtype=bf16),
+        ),  # fmt: skip
         ("view(int32)", op(lambda x: x.view(i32))),
         # one-input pass-through, fill_, zero_
         ("clone", op(lambda x: x.clone())),
@@ -134,30 +137,36 @@ def cases(meshes):
         ("empty_like", op(lambda x: torch.empty_like(x))),
         ("zeros_like", op(lambda x: torch.zeros_like(x))),
         # pointwise / copy / redistribution
-        ("_foreach_zero_ (4) R", op(lambda *xs: torch._foreach_zero_(list(xs)),
-                                    last=Replicate(), n_inputs=4)),  # fmt: skip
+        (
+            "_foreach_zero_ (4) R",
+            op(lambda *xs: torch._foreach_zero_(list(xs)), last=Replicate(), n_inputs=4),
+        ),  # fmt: skip
         ("copy_ P <- P", op(lambda x, y: x.copy_(y), n_inputs=2)),
         ("P + R", replicate_plus(lambda x, r: x + r)),
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
         # norms and pooling
         ("vector_norm(2)", op(lambda x: torch.linalg.vector_norm(x))),
-        ("vector_norm(inf) P(max)", op(lambda x: torch.linalg.vector_norm(x, float("inf")),
-                                        last=Partial("max"))),  # fmt: skip
+        (
+            "vector_norm(inf) P(max)",
+            op(lambda x: torch.linalg.vector_norm(x, float("inf")), last=Partial("max")),
+        ),  # fmt: skip
         ("linalg._powsum(2)", op(lambda x: aten.linalg__powsum(x, 2))),
-        ("_foreach_powsum(2) (2)",
-         op(lambda x, y: aten._foreach_powsum([x, y], 2), n_inputs=2)),  # fmt: skip
-        ("avg_pool2d int64", op(lambda x: torch.nn.functional.avg_pool2d(x, 2),
-                                dtype=i64, shape=(2, 4, 4))),  # fmt: skip
+        (
+            "_foreach_powsum(2) (2)",
+            op(lambda x, y: aten._foreach_powsum([x, y], 2), n_inputs=2),
+        ),  # fmt: skip
+        (
+            "avg_pool2d int64",
+            op(lambda x: torch.nn.functional.avg_pool2d(x, 2), dtype=i64, shape=(2, 4, 4)),
+        ),  # fmt: skip
         ("avg_pool2d", op(lambda x: torch.nn.functional.avg_pool2d(x, 2), shape=(2, 4, 4))),
     ]
-    return [
-        (f"{name} [{mesh.ndim}-D]", make(mesh)) for mesh in meshes for name, make in rows
-    ]
+    return [(f"{name} [{mesh.ndim}-D]", make(mesh)) for mesh in meshes for name, make in rows]
 
 
 def clear_caches() -> None:
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
     from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
     _clear_sharding_prop_cache()
     ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
