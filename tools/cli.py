@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tools.base import OverlayError, find_repo
 
+sweep_dtypes_default = ",".join(("float32", "float64", "bfloat16", "int64", "bool"))
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = verbs.add_parser(
         "sweep", help="upstream's strategy validator over every registered op, stock vs overlay"
     )
-    sweep.add_argument("--dtypes", default=",".join(("float32", "float64", "bfloat16", "int64", "bool")),
+    sweep.add_argument("--dtypes", default=sweep_dtypes_default,
                        help="comma-separated torch dtypes")  # fmt: skip
     sweep.add_argument("--ops", help="comma-separated OpInfo names (default: every registered op)")
     sweep.add_argument("--max-samples", type=int, default=6, help="samples per OpInfo")
@@ -64,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--op-timeout", type=float, default=300, help="seconds per op")
     sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     sweep.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    sweep.add_argument("--configs",
+                       help="comma-separated configurations (1d-2, 1d-3, 1d-2-noncontiguous, "
+                       "or 'all'), each sampled; writes sweep-<config>.md and sweep.md")  # fmt: skip
+    sweep.add_argument("--resume", action="store_true",
+                       help="with --configs: keep a configuration's report made with the same "
+                       "overlay files and settings")  # fmt: skip
+    sweep.add_argument("--mutations", action="store_true",
+                       help="the corpus of wrong rules (tools/strategy_mutations.json): kill "
+                       "rate per family, stock vs overlay; --dtypes/--ops narrow it")  # fmt: skip
     build = verbs.add_parser(
         "build", help="apply the series as a branch of a PyTorch checkout and build it with CUDA"
     )
@@ -155,6 +166,28 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         from tools.verify import verify
 
         return verify(repo, args.out or repo / "reports")
+    elif args.verb == "sweep" and args.mutations:
+        from tools.sweep import sweep_mutations
+
+        dtypes_given = args.dtypes != sweep_dtypes_default
+        return sweep_mutations(
+            repo, args.out or repo / "reports",
+            dtypes=args.dtypes.split(",") if dtypes_given else (),
+            only=args.ops.split(",") if args.ops else (), jobs=args.jobs,
+        )  # fmt: skip
+    elif args.verb == "sweep" and args.configs:
+        from tools.sweep import CONFIGS, sweep_configs
+
+        configs = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
+        dtypes_given = args.dtypes != sweep_dtypes_default
+        return sweep_configs(
+            repo, args.out or repo / "reports", configs,
+            only=args.ops.split(",") if args.ops else (),
+            dtypes=args.dtypes.split(",") if dtypes_given else None,
+            max_samples=args.max_samples if args.max_samples != 6 else None,
+            resume=args.resume, batch_size=args.batch_size, op_timeout=args.op_timeout,
+            jobs=args.jobs,
+        )  # fmt: skip
     elif args.verb == "sweep":
         from tools.sweep import sweep
 
