@@ -19,6 +19,7 @@ from tools.base import OverlayError, find_repo
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_REFUSED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
 DEBUG_VAR = "TORCH_OVERLAY_DEBUG"
+SWEEP_DTYPES = ",".join(("float32", "float64", "bfloat16", "int64", "bool"))
 EXIT_CODES = f"""\
 exit codes:
   0    ok
@@ -222,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--expect", type=Path, metavar="MANIFEST",
                       help="with --fetch: refuse files whose sha256 differs from this manifest")  # fmt: skip
     sweep = verb_parser(verbs, "sweep")
-    sweep.add_argument("--dtypes", default=",".join(("float32", "float64", "bfloat16", "int64", "bool")),
+    sweep.add_argument("--dtypes", default=SWEEP_DTYPES,
                        help="comma-separated torch dtypes")  # fmt: skip
     sweep.add_argument("--ops", help="comma-separated OpInfo names (default: every registered op)")
     sweep.add_argument("--max-samples", type=int, default=6, help="samples per OpInfo")
@@ -231,6 +232,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--op-timeout", type=float, default=300, help="seconds per op")
     sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     sweep.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
+    sweep.add_argument("--configs",
+                       help="comma-separated configurations (1d-2, 1d-3, 1d-2-noncontiguous, "
+                       "or 'all'), each sampled; writes sweep-<config>.md and sweep.md")  # fmt: skip
+    sweep.add_argument("--resume", action="store_true",
+                       help="with --configs: keep a configuration's report made with the same "
+                       "overlay files and settings")  # fmt: skip
+    sweep.add_argument("--mutations", action="store_true",
+                       help="the corpus of wrong rules (tools/strategy_mutations.json): kill "
+                       "rate per family, stock vs overlay; --dtypes/--ops narrow it")  # fmt: skip
     build, stack = verb_parser(verbs, "build"), verb_parser(verbs, "stack")
     for sub in (build, stack):
         sub.add_argument("--pytorch-src", type=Path, required=True, metavar="DIR",
@@ -369,6 +379,28 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
 
         warn_if_behind(repo, args.verb)
         return verify(repo, args.out or repo / "reports")
+    elif args.verb == "sweep" and args.mutations:
+        from tools.sweep import sweep_mutations
+
+        dtypes_given = args.dtypes != SWEEP_DTYPES
+        return sweep_mutations(
+            repo, args.out or repo / "reports",
+            dtypes=args.dtypes.split(",") if dtypes_given else (),
+            only=args.ops.split(",") if args.ops else (), jobs=args.jobs,
+        )  # fmt: skip
+    elif args.verb == "sweep" and args.configs:
+        from tools.sweep import CONFIGS, sweep_configs
+
+        configs = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
+        dtypes_given = args.dtypes != SWEEP_DTYPES
+        return sweep_configs(
+            repo, args.out or repo / "reports", configs,
+            only=args.ops.split(",") if args.ops else (),
+            dtypes=args.dtypes.split(",") if dtypes_given else None,
+            max_samples=args.max_samples if args.max_samples != 6 else None,
+            resume=args.resume, batch_size=args.batch_size, op_timeout=args.op_timeout,
+            jobs=args.jobs,
+        )  # fmt: skip
     elif args.verb == "sweep":
         from tools.sweep import sweep
 

@@ -131,6 +131,7 @@ def sweep_variants(
     op_timeout: float,
     jobs: int,
     command: list[str] | None = None,
+    extra: Sequence[str] = (),
 ) -> dict[str, dict[str, dict[str, dict]]]:
     """results[variant][dtype][op] for each variant's environment."""
     command = command or worker_command()
@@ -138,7 +139,7 @@ def sweep_variants(
     for variant, env in variants.items():
         for dtype in dtypes:
             args = [f"--dtype={dtype}", f"--max-samples={max_samples}",
-                    f"--world-size={world_size}", "--"]  # fmt: skip
+                    f"--world-size={world_size}", *extra, "--"]  # fmt: skip
             for start in range(0, len(ops), batch_size):
                 batch = ops[start : start + batch_size]
                 tasks.append((variant, dtype, command + args, env, batch))
@@ -221,6 +222,9 @@ def markdown(report: dict) -> str:
         f"torch {report['torch']}; overlay files {report['overlay_files'][:12]}; "
         f"{len(report['ops'])} ops; dtypes {', '.join(settings['dtypes'])}; "
         f"--max-samples {settings['max_samples']}, world size {settings['world_size']}, "
+        f"configuration {settings.get('config', '1d-2')} (1-D mesh, sizes "
+        f"{settings.get('sizes', '24,12,4,2')}"
+        f"{', non-contiguous samples' if settings.get('noncontiguous') else ''}), "
         f"CPU, incorrect-only; {report['seconds']:.0f} s.",
         "",
         "| dtype | validated ops (stock / overlay) | incorrect rules (stock / overlay) "
@@ -263,25 +267,33 @@ def sweep(
     batch_size: int = 40,
     op_timeout: float = 300.0,
     jobs: int = 2,
+    noncontiguous: bool = False,
+    sizes: str = "24,12,4,2",
+    name: str = "sweep",
+    config: str = "1d-2",
 ) -> int:
-    """Run the sweep, write ``out/sweep.{md,json}``; exit status 1 if the overlay leaves an
-    incorrect rule or an op it could not run."""
+    """Run the sweep, write ``out/<name>.{md,json}``; exit status 1 if the overlay leaves
+    an incorrect rule or an op it could not run."""
     started = time.monotonic()
+    extra = [f"--sizes={sizes}"] + (["--noncontiguous"] if noncontiguous else [])
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         materialize(repo, tree)
         envs = {"stock": environment(None), "overlay": environment(tree)}
         ops = list(only) or registered_ops(envs["overlay"], repo)
         results = sweep_variants(repo, envs, ops, dtypes, max_samples, world_size,
-                                 batch_size, op_timeout, jobs)  # fmt: skip
+                                 batch_size, op_timeout, jobs, extra=extra)  # fmt: skip
         digest = tree_digest(tree)
     report = {
         "torch": installed_torch().version,
         "overlay_files": digest,
         "settings": {
+            "config": config,
             "dtypes": list(dtypes),
             "max_samples": max_samples,
             "world_size": world_size,
+            "noncontiguous": noncontiguous,
+            "sizes": sizes,
             "narrowed": bool(only),
         },
         "ops": ops,
@@ -292,12 +304,264 @@ def sweep(
         "results": results,
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "sweep.md").write_text(markdown(report))
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{name}.md").write_text(markdown(report))
     print(markdown(report), end="")
-    print(f"written: {out / 'sweep.md'}, {out / 'sweep.json'}")
+    print(f"written: {out / f'{name}.md'}, {out / f'{name}.json'}")
     left = [r for r in report["rows"] if r["overlay"] == "incorrect"]
     return 1 if left or any(f["variant"] == "overlay" for f in report["failures"]) else 0
+
+
+# --- configurations: what users run, each sampled, --resume per configuration -------------
+
+# name: (world size, OpInfo sizes L,M,S,XS, non-contiguous samples, max samples, dtypes)
+CONFIGS: dict[str, dict] = {
+    "1d-2": {"world_size": 2, "sizes": "24,12,4,2", "noncontiguous": False,
+             "max_samples": 6, "dtypes": DTYPES},
+    "1d-3": {"world_size": 3, "sizes": "24,12,6,3", "noncontiguous": False,
+             "max_samples": 3, "dtypes": ("float32", "bfloat16", "int64", "bool")},
+    "1d-2-noncontiguous": {"world_size": 2, "sizes": "24,12,4,2", "noncontiguous": True,
+                           "max_samples": 3, "dtypes": ("float32", "int64", "bool")},
+}  # fmt: skip
+# Configurations the validator cannot check, and why (README: "Strategy validator sweep").
+UNSUPPORTED = {
+    "2d-2x2": "the validator builds a 1-D mesh and checks one placement per tensor "
+    "(validate_aten_combination, _compare_outputs); a 2-D mesh needs a placement per "
+    "mesh dim and nested Partial/Shard inputs, which it does not construct",
+    "uneven": "the validator returns 'uneven shard' (untestable) for every Shard of a "
+    "dim the world size does not divide; it splits with tensor_split, whose uneven "
+    "chunks are not DTensor's",
+}
+
+
+def sweep_configs(
+    repo: Path,
+    out: Path,
+    configs: Sequence[str],
+    only: Sequence[str] = (),
+    dtypes: Sequence[str] | None = None,
+    max_samples: int | None = None,
+    resume: bool = False,
+    batch_size: int = 40,
+    op_timeout: float = 300.0,
+    jobs: int = 2,
+) -> int:
+    """Each configuration into ``out/sweep-<config>.{md,json}``, then ``out/sweep.md`` with
+    incorrect rules per configuration and dtype, stock vs overlay. With ``resume``, a
+    configuration whose report was made with the same overlay files and settings is kept."""
+    from tools.active import overlay_digest
+
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {unknown}; known: {sorted(CONFIGS)}; "
+                         f"not supported: {UNSUPPORTED}")  # fmt: skip
+    digest = overlay_digest(repo)
+    code = 0
+    for config in configs:
+        c = CONFIGS[config]
+        settings = {"dtypes": list(dtypes or c["dtypes"]),
+                    "max_samples": max_samples or c["max_samples"],
+                    "world_size": c["world_size"], "sizes": c["sizes"],
+                    "noncontiguous": c["noncontiguous"], "narrowed": bool(only),
+                    "config": config}  # fmt: skip
+        path = out / f"sweep-{config}.json"
+        if resume and path.is_file():
+            old = json.loads(path.read_text())
+            if old.get("overlay_files") == digest and old.get("settings") == settings:
+                print(f"{config}: kept {path} (same overlay files and settings)")
+                continue
+        code |= sweep(repo, out, dtypes=settings["dtypes"], only=only,
+                      max_samples=settings["max_samples"], world_size=c["world_size"],
+                      batch_size=batch_size, op_timeout=op_timeout, jobs=jobs,
+                      noncontiguous=c["noncontiguous"], sizes=c["sizes"],
+                      name=f"sweep-{config}", config=config)  # fmt: skip
+    (out / "sweep.md").write_text(configs_markdown(out, configs))
+    print(configs_markdown(out, configs), end="")
+    return code
+
+
+def configs_markdown(out: Path, configs: Sequence[str]) -> str:
+    lines = ["# Strategy validator sweep per configuration: stock vs overlay", "",
+             "Incorrect rules (stock / overlay), ops validated and ops not run per "
+             "configuration and dtype; each configuration's rows are in "
+             "`sweep-<configuration>.md`.", "",
+             "| configuration | dtype | validated ops (stock / overlay) "
+             "| incorrect rules (stock / overlay) | ops with one (overlay) "
+             "| ops not run (stock / overlay) | seconds |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for config in configs:
+        path = out / f"sweep-{config}.json"
+        if not path.is_file():
+            lines.append(f"| {config} | (not run) | | | | | |")
+            continue
+        report = json.loads(path.read_text())
+        s, o = report["summary"]["stock"], report["summary"]["overlay"]
+        for dtype in report["settings"]["dtypes"]:
+            lines.append(
+                f"| {config} | {dtype} | {s[dtype]['validated']} / {o[dtype]['validated']} "
+                f"| {s[dtype]['incorrect_rules']} / {o[dtype]['incorrect_rules']} "
+                f"| {', '.join(o[dtype]['ops_with_incorrect']) or '-'} "
+                f"| {len(s[dtype]['failed'])} / {len(o[dtype]['failed'])} "
+                f"| {report['seconds']:.0f} |"
+            )
+    lines += ["", "Not checked (validator limits):", ""]
+    lines += [f"- {name}: {why}" for name, why in UNSUPPORTED.items()]
+    return "\n".join(lines) + "\n"
+
+
+# --- sweep --mutations: the corpus of wrong rules, stock vs overlay ---------------------------
+
+
+def mutation_summary(corpus: dict, results: dict[str, dict[str, dict]]) -> dict:
+    """Per family and per dtype: wrong rules, and how many each variant kills."""
+    table: dict[str, dict[str, dict[str, int]]] = {"family": {}, "dtype": {}}
+    for entry in corpus["entries"]:
+        for axis in ("family", "dtype"):
+            row = table[axis].setdefault(entry[axis], {"rules": 0, "stock": 0, "overlay": 0})
+            row["rules"] += 1
+            for variant in VARIANTS:
+                if results[variant].get(entry["id"], {}).get("verdict") == "killed":
+                    row[variant] += 1
+    return table
+
+
+def mutation_markdown(report: dict) -> str:
+    s = report["settings"]
+    lines = [
+        "# Strategy validator: wrong rules it rejects, stock vs overlay",
+        "",
+        f"torch {report['torch']}; overlay files {report['overlay_files'][:12]}; corpus "
+        f"`tools/strategy_mutations.json`, {report['rules']} wrong rules; world size "
+        f"{s['world_size']}; {report['seconds']:.0f} s. A rule is killed when the "
+        "validator's per-sample path (incorrect-only, every mitigation) reports it.",
+        "",
+    ]
+    for axis in ("family", "dtype"):
+        lines += [f"| {axis} | wrong rules | killed on stock | killed with the overlay |",
+                  "| --- | --- | --- | --- |"]  # fmt: skip
+        for name, row in sorted(report["kill_rate"][axis].items()):
+            n = row["rules"]
+            lines.append(f"| {name} | {n} | {row['stock']} ({row['stock'] / n:.0%}) "
+                         f"| {row['overlay']} ({row['overlay'] / n:.0%}) |")  # fmt: skip
+        lines.append("")
+    lines += ["## Killed on stock, not with the overlay (a validator PR hides them)", ""]
+    lines += [f"- `{i}`: {v}" for i, v in report["lost"]] or ["- (none)"]
+    lines += ["", "Killed on stock without signal (the rule holds on the sample itself, "
+              "or stock also reports the registered rule it was mutated from), not with "
+              "the overlay: "
+              f"{len(report.get('lost_no_signal', []))}", ""]  # fmt: skip
+    lines += [f"- `{i}`: {v}" for i, v in report.get("lost_no_signal", [])]
+    kws = report.get("kills_without_signal", {})
+    lines += ["", f"Kills without signal (origin rule reported too): stock "
+              f"{kws.get('stock', 0)}, overlay {kws.get('overlay', 0)}."]  # fmt: skip
+    lines += ["", "## Not killed with the overlay", ""]
+    lines += ["| entry | overlay | stock | witness |", "| --- | --- | --- | --- |"]
+    for row in report["survivors"]:
+        lines.append(f"| `{row['id']}` | {row['overlay']} | {row['stock']} "
+                     f"| {row['witness'].replace('|', '/')[:120]} |")  # fmt: skip
+    if not report["survivors"]:
+        lines.append("| (none) | | | |")
+    lines += ["", "## Registered rules the corpus oracle calls wrong", ""]
+    lines += [f"- {r}" for r in report["oracle_flags_registered"]] or ["- (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_mutations(
+    repo: Path,
+    out: Path,
+    corpus_path: Path | None = None,
+    dtypes: Sequence[str] = (),
+    only: Sequence[str] = (),
+    batch_size: int = 400,
+    op_timeout: float = 120.0,
+    jobs: int = 2,
+    command: list[str] | None = None,
+) -> int:
+    """Ask the validator about every wrong rule of the corpus, stock vs overlay; write
+    ``out/sweep-mutations.{md,json}``. Exit 1 if the overlay lets a wrong rule through
+    that stock kills."""
+    from tools.mutations import CORPUS, load
+
+    corpus_path = corpus_path or CORPUS
+    corpus = load(corpus_path)
+    entries = [e for e in corpus["entries"]
+               if (not dtypes or e["dtype"] in dtypes)
+               and (not only or e["family"] in only or e["op"] in only)]  # fmt: skip
+    corpus = {**corpus, "entries": entries}
+    command = command or [sys.executable, "-m", "tools.mutations", "check",
+                          f"--corpus={corpus_path}",
+                          f"--world-size={corpus['world_size']}", "--"]  # fmt: skip
+    started = time.monotonic()
+    results: dict[str, dict[str, dict]] = {v: {} for v in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        materialize(repo, tree)
+        envs = {"stock": environment(None), "overlay": environment(tree)}
+        by_dtype: dict[str, list[str]] = {}
+        for e in entries:
+            by_dtype.setdefault(e["dtype"], []).append(e["id"])
+        tasks = [(variant, ids[i : i + batch_size])
+                 for variant in VARIANTS for ids in by_dtype.values()
+                 for i in range(0, len(ids), batch_size)]  # fmt: skip
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [(variant, pool.submit(run_batch, command, envs[variant], batch,
+                                             op_timeout, repo))
+                       for variant, batch in tasks]  # fmt: skip
+            for variant, future in futures:
+                results[variant].update(future.result())
+        digest = tree_digest(tree)
+
+    def verdict_of(variant: str, entry_id: str) -> str:
+        r = results[variant].get(entry_id, {})
+        return r.get("verdict") or r.get("status", "not run")
+
+    def no_signal(variant: str, entry_id: str) -> bool:
+        return bool(results[variant].get(entry_id, {}).get("origin_reported"))
+
+    # Killed on stock and not with the overlay: a loss, unless stock also reports the
+    # registered rule the entry was mutated from (stock kills it without seeing it:
+    # e.g. every int64 P(sum) rule, right or wrong, as it cannot build the input).
+    lost_all = [(e["id"], e["witness"]) for e in entries
+                if verdict_of("stock", e["id"]) == "killed"
+                and verdict_of("overlay", e["id"]) != "killed"]  # fmt: skip
+
+    # Or unless the rule is right on the sample itself (its witness needs other inputs
+    # of the same shapes): a validator judges a sample, so stock's kill there is the
+    # failure to build an input (int64 P(sum), bf16 rounding), not a detection.
+    def signal(row: tuple[str, str]) -> bool:
+        return row[1].startswith("trial 0") and not no_signal("stock", row[0])
+
+    lost = [row for row in lost_all if signal(row)]
+    lost_no_signal = [row for row in lost_all if not signal(row)]
+    survivors = [{"id": e["id"], "stock": verdict_of("stock", e["id"]),
+                  "overlay": verdict_of("overlay", e["id"]), "witness": e["witness"]}
+                 for e in entries if verdict_of("overlay", e["id"]) != "killed"]  # fmt: skip
+    report = {
+        "torch": installed_torch().version,
+        "overlay_files": digest,
+        "settings": {
+            "world_size": corpus["world_size"],
+            "dtypes": list(dtypes),
+            "only": list(only),
+        },  # fmt: skip
+        "rules": len(entries),
+        "seconds": time.monotonic() - started,
+        "kill_rate": mutation_summary(corpus, results),
+        "lost": lost,
+        "lost_no_signal": lost_no_signal,
+        "kills_without_signal": {
+            v: sum(1 for e in entries if no_signal(v, e["id"])) for v in VARIANTS
+        },
+        "survivors": survivors,
+        "oracle_flags_registered": corpus.get("oracle_flags_registered", []),
+        "results": results,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep-mutations.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "sweep-mutations.md").write_text(mutation_markdown(report))
+    print(mutation_markdown(report), end="")
+    print(f"written: {out / 'sweep-mutations.md'}, {out / 'sweep-mutations.json'}")
+    return 1 if lost else 0
 
 
 # --- the worker: one process, one dtype, a batch of ops -------------------------------------
@@ -346,6 +610,9 @@ def worker(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-samples", type=int, default=6)
     parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--noncontiguous", action="store_true",
+                        help="every sample's tensors made non-contiguous (SampleInput.noncontiguous)")  # fmt: skip
+    parser.add_argument("--sizes", default="24,12,4,2", help="OpInfo's L,M,S,XS")
     parser.add_argument("ops", nargs="*")
     args = parser.parse_args(argv)
 
@@ -354,9 +621,18 @@ def worker(argv: list[str]) -> int:
     import torch.testing._internal.common_methods_invocations as common_ops
     from torch.testing._internal.opinfo import core as opinfo_core
 
-    # The sizes the validator's own command line sets, so samples shard evenly on 2 ranks.
+    # The sizes the validator's own command line sets, so samples shard evenly on 2 ranks
+    # (a configuration may set others, e.g. multiples of 3 for 3 ranks).
+    sizes = [int(n) for n in args.sizes.split(",")]
     for module in (opinfo_core, common_ops):
-        module.L, module.M, module.S, module.XS = 24, 12, 4, 2
+        module.L, module.M, module.S, module.XS = sizes
+    if args.noncontiguous:
+        sample_inputs = opinfo_core.OpInfo.sample_inputs
+
+        def noncontiguous(self, *a, **k):
+            return [s.noncontiguous() for s in sample_inputs(self, *a, **k)]
+
+        opinfo_core.OpInfo.sample_inputs = noncontiguous
     dist.init_process_group("fake", rank=0, world_size=args.world_size)
     try:
         if args.list:

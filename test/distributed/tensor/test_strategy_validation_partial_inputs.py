@@ -133,5 +133,95 @@ class PartialInputTest(StrategyValidatorTestBase):
         self.assertFalse(self.check(aten.clone.default, (x,), wrong)[0])
 
 
+class WrongRuleTest(TestCase):
+    """Wrong rules stay rejected on the validator's full per-rule path (the primary
+    check, the complementary mask, the negated sample and the bool samples), at 2
+    and 3 ranks; the right rules of the same ops stay accepted."""
+
+    def judge(self, op, args, rule, world_size, kwargs=None):
+        kwargs = kwargs or {}
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=world_size
+        )
+        try:
+            truth = sv._to_ground_truth(op(*args, **kwargs))
+            mitigations = sv._prepare_aten_mitigations(op, args, kwargs)
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                return sv._validate_aten_with_mitigations(
+                    op, args, kwargs, *rule, truth, world_size, mesh, mitigations
+                )
+        finally:
+            dist.destroy_process_group()
+
+    def test_bool_all_any_with_or_and_partials(self):
+        torch.manual_seed(0)
+        flags = torch.rand(6, 6) > 0.5
+        P = Partial
+        wrong = {
+            "all P(sum)": (aten.all.default, (flags,), ((P("sum"),), (P("sum"),))),
+            "any P(min)": (aten.any.default, (flags,), ((P("min"),), (P("min"),))),
+            "all.dim P(max)": (aten.all.dim, (flags, 1), ((P("max"),), (P("max"),))),
+            "any P(product)": (
+                aten.any.default,
+                (flags,),
+                ((P("product"),), (P("product"),)),
+            ),
+            "all S(0) -> P(max)": (
+                aten.all.default,
+                (flags,),
+                ((Shard(0),), (P("max"),)),
+            ),
+        }
+        right = {
+            "any P(sum)": (aten.any.default, (flags,), ((P("sum"),), (P("sum"),))),
+            "all P(min)": (aten.all.default, (flags,), ((P("min"),), (P("min"),))),
+            "any.dim P(max)": (aten.any.dim, (flags, 1), ((P("max"),), (P("max"),))),
+            "all.dim P(product)": (
+                aten.all.dim,
+                (flags, 0),
+                ((P("product"),), (P("product"),)),
+            ),
+            "any S(0) -> P(max)": (
+                aten.any.default,
+                (flags,),
+                ((Shard(0),), (P("max"),)),
+            ),
+            "clone P(sum)": (aten.clone.default, (flags,), ((P("sum"),), (P("sum"),))),
+            "logical_not S(1)": (
+                aten.logical_not.default,
+                (flags,),
+                ((Shard(1),), (Shard(1),)),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, rule) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertFalse(self.judge(op, args, rule, world_size))
+            for name, (op, args, rule) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertTrue(self.judge(op, args, rule, world_size))
+
+    def test_integer_product_uses_non_unit_factors(self):
+        a = torch.tensor([[4, 6, 8, -12], [12, 2, 10, 36]])
+        b = torch.tensor([[2, 4, 6, 8], [8, 6, 4, 9]])
+        gcd = ((Partial("product"), Replicate()), (Partial("product"),))
+        mul = ((Partial("product"), Partial("product")), (Partial("product"),))
+        for world_size in (2, 3):
+            with self.subTest(world_size=world_size):
+                self.assertFalse(self.judge(aten.gcd.default, (a, b), gcd, world_size))
+                self.assertTrue(self.judge(aten.mul.Tensor, (a, b), mul, world_size))
+                # Odd values and values with no factor 2 or 3 keep unit factors.
+                odd = torch.tensor([5, 7, -11, 1, 0])
+                self.assertTrue(
+                    self.judge(
+                        aten.clone.default,
+                        (odd,),
+                        ((Partial("product"),), (Partial("product"),)),
+                        world_size,
+                    )
+                )
+
+
 if __name__ == "__main__":
     run_tests()

@@ -73,6 +73,34 @@ class ToleranceTest(StrategyValidatorTestBase):
         rule = ((Partial("sum"), Partial("sum")), (Partial("sum"),))
         self.assertFalse(self.check(aten.mul.Tensor, (x, x), rule)[0])
 
+    def test_tolerance_is_per_element(self):
+        # One element of 1e6 must not widen the tolerance of the others: adding a
+        # Replicate operand on every rank of a P(sum) is off by (world_size - 1) * y.
+        torch.manual_seed(0)
+        x = torch.randn(8, 8)
+        x[3, 5] = 1e6
+        y = torch.randn(8, 8) * 0.05
+        wrong = ((Partial("sum"), Replicate()), (Partial("sum"),))
+        self.assertFalse(self.check(aten.add.Tensor, (x, y), wrong)[0])
+        right = ((Partial("sum"), Partial("sum")), (Partial("sum"),))
+        valid, message = self.check(aten.add.Tensor, (x, y), right)
+        self.assertTrue(valid, message)
+        # A contraction with an outlier: the bound is per output element.
+        a, b = torch.randn(4, 8, 8), torch.randn(4, 8, 8)
+        a[0, 0, 0] = 1e6
+        rule = ((Replicate(), Partial("sum")), (Partial("sum"),))
+        valid, message = self.check(aten.bmm.default, (a, b), rule)
+        self.assertTrue(valid, message)
+        wrong = ((Replicate(), Partial("sum")), (Replicate(),))
+        self.assertFalse(self.check(aten.bmm.default, (a, b), wrong)[0])
+        # A wrong bias in a bf16 addmm is caught away from the outlier.
+        bias = torch.randn(8, 8, dtype=torch.bfloat16)
+        m1 = torch.randn(8, 8, dtype=torch.bfloat16)
+        m1[0, 0] = 1e4
+        m2 = torch.randn(8, 8, dtype=torch.bfloat16)
+        wrong = ((Replicate(), Partial("sum"), Replicate()), (Partial("sum"),))
+        self.assertFalse(self.check(aten.addmm.default, (bias, m1, m2), wrong)[0])
+
 
 if __name__ == "__main__":
     run_tests()

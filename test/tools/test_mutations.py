@@ -1,0 +1,95 @@
+# Owner(s): ["module: tools"]
+"""The corpus of wrong sharding rules: every entry is wrong (its own oracle finds a
+witness), the oracle's splits are exact, and no validator PR lets a wrong rule through
+that the validator on main (stock torch) rejects. The whole corpus runs with
+`torch-overlay sweep --mutations`; here a fast subset, stock vs overlay."""
+
+import json
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+from tools import mutations
+from tools.sweep import sweep_mutations
+
+REPO = Path(__file__).resolve().parents[2]
+aten = torch.ops.aten
+
+
+class CorpusTest(TestCase):
+    def test_corpus_covers_families_dtypes_and_every_rule_found(self):
+        corpus = mutations.load()
+        entries = corpus["entries"]
+        self.assertGreaterEqual(len(entries), 200)
+        ids = {e["id"] for e in entries}
+        self.assertEqual(len(ids), len(entries))
+        for found in mutations.FOUND:
+            self.assertIn(found[0], ids)
+        dtypes = Counter(e["dtype"] for e in entries)
+        for dtype in ("float32", "bfloat16", "int64", "bool"):
+            self.assertGreaterEqual(dtypes[dtype], 20, dtype)
+        kinds = Counter(e["mutation"] for e in entries)
+        for kind in ("output-swap", "reduce-op", "partial-through", "shard-dim",
+                     "input-swap", "found"):  # fmt: skip
+            self.assertIn(kind, kinds)
+        self.assertGreaterEqual(len({e["family"] for e in entries}), 6)
+        self.assertTrue(all(e["witness"] for e in entries))
+
+
+class OracleTest(TestCase):
+    def test_random_splits_reduce_to_the_input(self):
+        gen = torch.Generator().manual_seed(0)
+        values = torch.tensor([[3.5, -2.0, 0.0], [7.25, -1.5, 4.0]])
+        cases = {
+            torch.float64: ("sum", "avg", "min", "max", "product"),
+            torch.int64: ("sum", "min", "max", "product", "band", "bor", "bxor"),
+            torch.bool: ("sum", "min", "max", "product", "bxor"),
+        }
+        for world_size in (2, 3):
+            for dtype, ops in cases.items():
+                x = values > 0 if dtype == torch.bool else (values * 4).to(dtype)
+                for op in ops:
+                    with self.subTest(world_size=world_size, dtype=dtype, op=op):
+                        pieces = mutations._split(x, f"P({op})", world_size, gen)
+                        self.assertEqual(mutations._combine(pieces, f"P({op})"), x)
+
+    def test_witness_for_wrong_rules_only(self):
+        flags = torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.5
+        wrong = (("P(sum)",), ("P(sum)",))
+        self.assertTrue(mutations.witness(aten.all.default, (flags,), {}, wrong, torch.bool))
+        right = (("P(sum)",), ("P(sum)",))
+        self.assertEqual(mutations.witness(aten.any.default, (flags,), {}, right, torch.bool), "")
+        x = torch.randn(4, 6)
+        self.assertEqual(mutations.witness(aten.neg.default, (x,), {}, right, torch.float32), "")
+        self.assertTrue(mutations.witness(aten.abs.default, (x,), {}, right, torch.float32))
+
+
+class MutationSweepTest(TestCase):
+    def test_no_validator_pr_lets_through_a_wrong_rule_stock_rejects(self):
+        # The rules found by hand, and the first entries of every family and dtype.
+        corpus = mutations.load()
+        subset, seen = [], Counter()
+        for entry in corpus["entries"]:
+            key = (entry["family"], entry["dtype"])
+            if entry["source"] == "found" or seen[key] < 2:
+                subset.append(entry)
+                seen[key] += 1
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "corpus.json"
+            path.write_text(json.dumps({**corpus, "entries": subset}))
+            code = sweep_mutations(REPO, Path(scratch), corpus_path=path)
+            report = json.loads((Path(scratch) / "sweep-mutations.json").read_text())
+        self.assertEqual(report["lost"], [])
+        self.assertEqual(code, 0)
+        overlay = report["results"]["overlay"]
+        for found in mutations.FOUND:
+            self.assertEqual(overlay[found[0]]["verdict"], "killed", found[0])
+        for family, row in report["kill_rate"]["family"].items():
+            self.assertGreaterEqual(row["overlay"], row["stock"], family)
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,695 @@
+"""A corpus of wrong DTensor sharding rules, and the worker that asks a validator about each.
+
+A validator is judged by what it still rejects, not only by what it stops reporting. The
+corpus (``tools/strategy_mutations.json``) holds rules that are certainly wrong: each was
+made by mutating a rule DTensor registers for an OpInfo sample (an output placement
+swapped, a reduce op changed, a Partial passed through an op, a Shard dim off by one, an
+input placement swapped, integer and bool reduce ops), kept only when it is not a rule
+DTensor registers and an oracle of its own finds a witness: per-rank inputs that the
+rule's input placements allow (random splits of every Partial, not the validator's
+constructions; the sample itself and random values of the same shapes, saturated bools
+among them) whose per-rank outputs, combined as the rule's output placements say, differ
+from the op on the whole input. Plus every wrong rule found so far by hand (the review
+of 2026-11-26, and the two DTensor rules that the validator found and that were fixed).
+
+``python -m tools.mutations build`` (run with the overlay active, so the registered rules
+are the overlay's) writes the corpus; ``python -m tools.mutations check --dtype D ID...``
+is the worker ``torch-overlay sweep --mutations`` runs, on stock torch and with the
+overlay: for each entry it regenerates the sample (seeded), makes DTensor's rule query
+return the wrong rule alone, and runs the validator's own per-sample path
+(``_validate_aten_op_for_sample`` in incorrect-only mode: primary check and every
+mitigation); the rule is killed when the validator reports it incorrect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+CORPUS = Path(__file__).resolve().parent / "strategy_mutations.json"
+MARK = "@@sweep "
+WORLD_SIZE = 2
+MAX_SAMPLES = 2
+
+# Op families: OpInfo names. Ops with global shape arguments (view, reshape, expand,
+# new_*) are left out: running them per rank needs DTensor's shape rewriting, which the
+# oracle would have to borrow from the code under test.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "unary": ("neg", "abs", "exp", "sin", "sigmoid", "nn.functional.relu", "sqrt",
+              "bitwise_not", "logical_not", "sign", "clone", "square"),
+    "binary": ("add", "sub", "mul", "div", "maximum", "minimum", "gcd", "bitwise_and",
+               "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "eq", "lt",
+               "where", "clamp_max"),
+    "reduction": ("sum", "mean", "amax", "amin", "prod", "all", "any", "max",
+                  "min", "argmax", "linalg.vector_norm", "logsumexp", "count_nonzero"),
+    "matmul": ("mm", "bmm", "addmm", "mv", "dot", "baddbmm", "matmul"),
+    "layout": ("t", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "split",
+               "unbind", "flip", "roll", "cat", "stack"),
+    "indexing": ("index_select", "select", "gather", "narrow", "slice_scatter",
+                 "index_add", "masked_fill", "tril"),
+    "scan": ("cumsum", "cumprod", "cummax", "cummin"),
+    "normalization": ("softmax", "log_softmax", "nn.functional.layer_norm",
+                      "nn.functional.avg_pool2d", "nn.functional.max_pool2d"),
+}  # fmt: skip
+DTYPES = ("float32", "bfloat16", "int64", "bool")
+PER_SAMPLE = 4  # mutants kept per (op, dtype, sample), spread over the mutation kinds
+
+
+def family_of(op: str) -> str:
+    for family, ops in FAMILIES.items():
+        if op in ops:
+            return family
+    return "other"
+
+
+# --- placements as strings --------------------------------------------------------------
+
+
+def _reduce_ops(dtype) -> tuple[str, ...]:
+    import torch
+
+    if dtype == torch.bool:
+        return ("sum", "product", "min", "max")
+    if dtype.is_floating_point or dtype.is_complex:
+        return ("sum", "avg", "min", "max", "product")
+    return ("sum", "min", "max", "product", "band", "bor", "bxor")
+
+
+def _swap_reduce(op: str, dtype) -> list[str]:
+    """Other reduce ops a wrong rule could claim, the likeliest confusions first."""
+    import torch
+
+    if dtype == torch.bool:  # or (sum, max) vs and (product, min)
+        table = {"sum": ["product", "min"], "max": ["min", "product"],
+                 "min": ["max", "sum"], "product": ["sum", "max"]}  # fmt: skip
+    elif dtype.is_floating_point or dtype.is_complex:
+        table = {"sum": ["max", "avg", "product"], "avg": ["sum", "min"],
+                 "max": ["min", "sum"], "min": ["max", "sum"],
+                 "product": ["sum", "max"]}  # fmt: skip
+    else:
+        table = {"sum": ["bxor", "max", "product"], "max": ["min", "bor"],
+                 "min": ["max", "band"], "product": ["sum", "band"],
+                 "band": ["bor", "min"], "bor": ["band", "sum"],
+                 "bxor": ["sum", "bor"], "avg": ["sum"]}  # fmt: skip
+    return [r for r in table.get(op, []) if r in _reduce_ops(dtype)]
+
+
+def _parse(s: str) -> tuple[str, Any]:
+    if s == "R":
+        return ("R", None)
+    if s.startswith("S("):
+        return ("S", int(s[2:-1]))
+    if s.startswith("P("):
+        return ("P", s[2:-1])
+    return ("?", s)
+
+
+def mutants(rule, shapes, out_shapes, dtype, registered) -> list[tuple[str, tuple]]:
+    """(kind, (inputs, outputs)) for every mutant of ``rule`` that is not registered and
+    whose placements fit the shapes (every Shard dim exists and splits evenly)."""
+    ins, outs = rule
+    found: list[tuple[str, tuple]] = []
+
+    def add(kind: str, new_ins, new_outs) -> None:
+        key = (tuple(new_ins), tuple(new_outs))
+        if key == (tuple(ins), tuple(outs)) or key in registered:
+            return
+        pairs = [*zip(key[0], shapes, strict=True), *zip(key[1], out_shapes, strict=True)]
+        for p, shape in pairs:
+            kind_, arg = _parse(p)
+            if kind_ == "?":
+                return
+            if kind_ == "S" and (arg >= len(shape) or shape[arg] % WORLD_SIZE
+                                 or shape[arg] < WORLD_SIZE):  # fmt: skip
+                return
+        if all(_parse(p)[0] == "R" for p in key[0]):
+            return
+        if any(k == key for _, k in found):
+            return
+        found.append((kind, key))
+
+    reduce_ops = _reduce_ops(dtype)
+    for i, p in enumerate(outs):
+        kind_, arg = _parse(p)
+        others = ["R", "P(sum)", *[f"S({d})" for d in range(len(out_shapes[i]))]]
+        if dtype.is_floating_point:
+            others.append("P(max)")
+        for q in others:
+            if q != p:
+                add("output-swap", ins, [*outs[:i], q, *outs[i + 1 :]])
+        if kind_ == "P":
+            for r in _swap_reduce(arg, dtype):
+                add("reduce-op", ins, [*outs[:i], f"P({r})", *outs[i + 1 :]])
+        if kind_ == "S":
+            for d in (arg - 1, arg + 1):
+                if d >= 0:
+                    add("shard-dim", ins, [*outs[:i], f"S({d})", *outs[i + 1 :]])
+    for i, p in enumerate(ins):
+        kind_, arg = _parse(p)
+        if kind_ == "P":
+            for r in _swap_reduce(arg, dtype):
+                add("reduce-op", [*ins[:i], f"P({r})", *ins[i + 1 :]], outs)
+                # both sides changed together: a Partial of another kind passed through
+                add("partial-through", [*ins[:i], f"P({r})", *ins[i + 1 :]],
+                    [f"P({r})" if o == p else o for o in outs])  # fmt: skip
+        if kind_ == "S":
+            for d in (arg - 1, arg + 1):
+                if d >= 0:
+                    add("shard-dim", [*ins[:i], f"S({d})", *ins[i + 1 :]], outs)
+            for r in reduce_ops[:2] + reduce_ops[-1:]:
+                # a Partial passed through: S(d) -> P in, the output Partial too
+                add("partial-through", [*ins[:i], f"P({r})", *ins[i + 1 :]],
+                    [f"P({r})" for _ in outs])  # fmt: skip
+        if kind_ == "R" and any(_parse(q)[0] == "P" for q in ins):
+            pin = next(q for q in ins if _parse(q)[0] == "P")
+            add("input-swap", [*ins[:i], pin, *ins[i + 1 :]], outs)
+        if kind_ == "P":
+            add("input-swap", [*ins[:i], "R", *ins[i + 1 :]], outs)
+    return found
+
+
+# --- the oracle: random per-rank splits, combined by hand -------------------------------
+
+
+def _split(x, placement: str, world_size: int, gen):
+    """Per-rank tensors that ``placement`` allows for ``x``, drawn at random."""
+    import torch
+
+    kind, arg = _parse(placement)
+    if kind == "R":
+        return [x.clone() for _ in range(world_size)]
+    if kind == "S":
+        return [c.clone() for c in x.tensor_split(world_size, dim=arg)]
+    n = world_size
+
+    def rand_like(scale=None, low=-9, high=10):
+        if x.is_floating_point():
+            return torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype) * (
+                x.abs() + 1 if scale is None else scale
+            )
+        return torch.randint(low, high, x.shape, generator=gen).to(x.dtype)
+
+    def holder():
+        return torch.randint(0, n, x.shape, generator=gen)
+
+    if x.dtype == torch.bool:
+        masks = [torch.rand(x.shape, generator=gen) > 0.5 for _ in range(n)]
+        if arg in ("sum", "max"):  # or: every True element on at least one rank
+            rest = torch.zeros_like(x)
+            for m in masks[1:]:
+                rest |= m
+            masks[0] = masks[0] | ~rest
+            return [x & m for m in masks]
+        if arg in ("min", "product"):  # and: every False element on at least one rank
+            common = torch.ones_like(x)
+            for m in masks[1:]:
+                common &= m
+            masks[0] = masks[0] & ~common
+            return [x | m for m in masks]
+        if arg == "bxor":
+            pieces = masks[1:]
+            first = x.clone()
+            for p in pieces:
+                first ^= p
+            return [first, *pieces]
+        raise ValueError(arg)
+    if arg in ("sum", "avg"):
+        total = x * n if arg == "avg" else x
+        pieces = [rand_like() for _ in range(n - 1)]
+        first = total - sum(pieces)
+        return [first, *pieces]
+    if arg in ("min", "max"):
+        h = holder()
+        sign = 1 if arg == "min" else -1
+        out = []
+        for r in range(n):
+            bump = rand_like().abs() + 1 if x.is_floating_point() else rand_like(low=1)
+            out.append(torch.where(h == r, x, x + sign * bump.to(x.dtype)))
+        return out
+    if arg == "product":
+        if x.is_floating_point():
+            pieces = []
+            for _ in range(n - 1):
+                mag = torch.rand(x.shape, generator=gen, dtype=torch.float64) * 1.5 + 0.5
+                sgn = torch.where(torch.rand(x.shape, generator=gen) > 0.5, 1.0, -1.0)
+                pieces.append((mag * sgn).to(x.dtype))
+            rest = x.clone()
+            for p in pieces:
+                rest = rest / p
+            return [rest, *pieces]
+        rest, pieces = x.clone(), []
+        for _ in range(n - 1):
+            f = torch.ones_like(x)
+            for c in (2, 3):
+                pick = (rest % c == 0) & (torch.rand(x.shape, generator=gen) > 0.3)
+                f = torch.where(pick, c, f).to(x.dtype)
+            f = torch.where(torch.rand(x.shape, generator=gen) > 0.5, f, -f)
+            pieces.append(f)
+            rest = torch.div(rest, f, rounding_mode="trunc")
+        return [rest, *pieces]
+    if arg in ("band", "bor", "bxor"):
+        masks = [rand_like(low=0, high=16) for _ in range(n)]
+        if arg == "band":
+            common = masks[1].clone()
+            for m in masks[2:]:
+                common &= m
+            masks[0] = masks[0] & ~common
+            return [x | m for m in masks]
+        if arg == "bor":
+            rest = masks[1].clone()
+            for m in masks[2:]:
+                rest |= m
+            masks[0] = masks[0] | ~rest
+            return [x & m for m in masks]
+        first = x.clone()
+        for m in masks[1:]:
+            first ^= m
+        return [first, *masks[1:]]
+    raise ValueError(placement)
+
+
+def _combine(outs, placement: str):
+    """The global value of per-rank outputs placed as ``placement`` (None: inconsistent)."""
+    import torch
+
+    kind, arg = _parse(placement)
+    if kind == "R":
+        first = outs[0]
+        same = all(o.shape == first.shape and torch.equal(o, first) for o in outs[1:])
+        return first if same else None
+    if kind == "S":
+        return torch.cat(outs, dim=arg)
+    stacked = torch.stack(outs)
+    if stacked.dtype == torch.bool:
+        if arg in ("sum", "max", "bor"):
+            return stacked.any(0)
+        if arg in ("product", "min", "band"):
+            return stacked.all(0)
+        if arg == "bxor":
+            return (stacked.to(torch.int64).sum(0) % 2).bool()
+        raise ValueError(arg)
+    if arg == "sum":
+        return stacked.sum(0, dtype=stacked.dtype)
+    if arg == "avg":
+        return stacked.sum(0, dtype=stacked.dtype) / len(outs)
+    if arg == "min":
+        return stacked.amin(0)
+    if arg == "max":
+        return stacked.amax(0)
+    if arg == "product":
+        return stacked.prod(0, dtype=stacked.dtype)
+    out = outs[0].clone()
+    for o in outs[1:]:
+        out = {"band": out & o, "bor": out | o, "bxor": out ^ o}[arg]
+    return out
+
+
+def _tensor_leaves(args, kwargs) -> list:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+
+
+def _replace(args, kwargs, values):
+    import torch
+    from torch.utils import _pytree as pytree
+
+    it = iter(values)
+
+    def sub(x):
+        return next(it) if isinstance(x, torch.Tensor) else x
+
+    return pytree.tree_map(sub, args), pytree.tree_map(sub, kwargs)
+
+
+def _variants(tensors, dtype, gen, trials: int):
+    """The sample's tensors, then random tensors of the same shapes for those of the
+    sample's dtype (saturated bools among them)."""
+    import torch
+
+    yield [t.clone() for t in tensors]
+    for k in range(trials):
+        out = []
+        for t in tensors:
+            if t.dtype != dtype:
+                out.append(t.clone())
+            elif dtype == torch.bool:
+                fill = [None, True, False, "half-true", "half-false"][k % 5]
+                if fill is None:
+                    out.append(torch.rand(t.shape, generator=gen) > 0.5)
+                elif isinstance(fill, bool):
+                    out.append(torch.full(t.shape, fill))
+                else:
+                    v = (torch.rand(t.shape, generator=gen) > 0.5).flatten()
+                    v[: (v.numel() + 1) // 2] = fill == "half-true"
+                    out.append(v.reshape(t.shape))
+            elif dtype.is_floating_point:
+                out.append((torch.randn(t.shape, generator=gen) * 3).to(dtype))
+            else:
+                out.append(torch.randint(-12, 13, t.shape, generator=gen).to(dtype))
+        yield out
+
+
+def witness(aten_op, args, kwargs, rule, dtype, world_size=WORLD_SIZE, trials=8) -> str:
+    """A description of per-rank inputs on which ``rule`` gives a wrong value ("" if
+    none was found). Floating-point values are computed in float64."""
+    import torch
+
+    ins, outs = rule
+    tensors = _tensor_leaves(args, kwargs)
+    if len(tensors) != len(ins):
+        return ""
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((str(aten_op), rule)).encode()))
+    for t_i, values in enumerate(_variants(tensors, dtype, gen, trials)):
+        if dtype.is_floating_point:
+            values = [v.double() if v.is_floating_point() else v for v in values]
+        try:
+            a, k = _replace(args, kwargs, values)
+            truth = aten_op(*a, **k)
+        except Exception:
+            continue
+        truths = list(truth) if isinstance(truth, (list, tuple)) else [truth]
+        if not all(isinstance(t, torch.Tensor) for t in truths) or len(truths) != len(outs):
+            continue
+        for _ in range(3):
+            try:
+                per_input = [
+                    _split(v, p, world_size, gen) for v, p in zip(values, ins, strict=True)
+                ]
+                per_rank = []
+                for r in range(world_size):
+                    a, k = _replace(args, kwargs, [pieces[r] for pieces in per_input])
+                    res = aten_op(*a, **k)
+                    per_rank.append(list(res) if isinstance(res, (list, tuple)) else [res])
+            except Exception:
+                break
+            for j, (truth_j, placement) in enumerate(zip(truths, outs, strict=True)):
+                try:
+                    full = _combine([per_rank[r][j] for r in range(world_size)], placement)
+                except Exception:
+                    full = None
+                where = f"trial {t_i}, output {j} {placement}"
+                if full is None:
+                    return f"{where}: ranks disagree on a Replicate output"
+                if full.shape != truth_j.shape:
+                    return f"{where}: shape {list(full.shape)} != {list(truth_j.shape)}"
+                if truth_j.is_floating_point() or truth_j.is_complex():
+                    e, f = truth_j.double(), full.double()
+                    bad = ~((e == f) | (e.isnan() & f.isnan()))
+                    bad &= ~((e - f).abs() <= 1e-3 * (1 + e.abs()))
+                else:
+                    bad = truth_j != full
+                if bool(bad.any()):
+                    idx = int(bad.flatten().nonzero()[0])
+                    return (f"{where}: element {idx} is {full.flatten()[idx].item()!r}, "
+                            f"should be {truth_j.flatten()[idx].item()!r}")  # fmt: skip
+    return ""
+
+
+# --- samples ----------------------------------------------------------------------------
+
+
+def _setup_sizes() -> None:
+    import torch.testing._internal.common_methods_invocations as common_ops
+    from torch.testing._internal.opinfo import core as opinfo_core
+
+    # The sizes the validator's own command line sets, so samples shard evenly.
+    for module in (opinfo_core, common_ops):
+        module.L, module.M, module.S, module.XS = 24, 12, 4, 2
+
+
+def opinfo_samples(op: str, dtype_name: str, max_samples: int = MAX_SAMPLES):
+    """(sample index, aten op, args, kwargs, result) for the samples of ``op`` that map
+    1:1 to one aten op DTensor has a rule for; seeded, so the same on every run."""
+    import torch
+    import torch.distributed.tensor._ops.strategy_validation as sv
+
+    dtype = getattr(torch, dtype_name)
+    out = []
+    for o_i, opinfo in enumerate(sv.get_opinfo_by_name(op)):
+        if not opinfo.supports_dtype(dtype, "cpu"):
+            continue
+        torch.manual_seed(zlib.crc32(f"{op}/{o_i}/{dtype_name}".encode()))
+        try:
+            samples = list(opinfo.sample_inputs("cpu", dtype))[:max_samples]
+        except Exception:
+            continue
+        for s_i, sample in enumerate(samples):
+            tensors = sv.extract_tensors_from_sample(sample)
+            if not tensors or any(0 in t.shape for _, t in tensors):
+                continue
+            capture = sv.get_aten_op_for_sample(opinfo.op, sample, opinfo.name)
+            supported = [c for c in capture.all_ops if sv._has_dtensor_support(c[0])]
+            if len(supported) != 1:
+                continue
+            func, args, kwargs, result = supported[0]
+            if sv._check_ground_truth(result) is None:
+                continue
+            out.append((f"{o_i}/{s_i}", func, args, kwargs, result))
+    return out
+
+
+def _constructed(name: str):
+    """(aten op, args, kwargs) of the hand-made samples of the wrong rules found so far."""
+    import torch
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    flags = torch.rand(6, 6, generator=g) > 0.5
+    if name == "review-add-outlier":
+        x = torch.randn(8, 8, generator=g)
+        x[3, 5] = 1e6
+        return aten.add.Tensor, (x, torch.randn(8, 8, generator=g) * 0.05), {}
+    if name == "review-all":
+        return aten.all.default, (flags,), {}
+    if name == "review-any":
+        return aten.any.default, (flags,), {}
+    if name == "review-all-dim":
+        return aten.all.dim, (flags, 1), {}
+    if name == "review-gcd":
+        a = torch.tensor([[4, 6, 8, -12], [12, 2, 10, 36]])
+        b = torch.tensor([[2, 4, 6, 8], [8, 6, 4, 9]])
+        return aten.gcd.default, (a, b), {}
+    if name == "inf-norm-partial-max":
+        x = torch.tensor([[-5.0, 1.0], [3.0, -4.0]])
+        return aten.linalg_vector_norm.default, (x, float("inf")), {}
+    if name == "int-avg-pool-partial-sum":
+        x = torch.randint(-9, 10, (1, 2, 4, 4), generator=g)
+        return aten.avg_pool2d.default, (x, [2, 2]), {}
+    raise KeyError(name)
+
+
+# Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
+FOUND = (
+    ("review-add-outlier", "binary", "float32", (("P(sum)", "R"), ("P(sum)",)),
+     "review 2026-11-26: accepted by the per-element-blind tolerance"),
+    ("review-all", "reduction", "bool", (("P(sum)",), ("P(sum)",)),
+     "review 2026-11-26: accepted by the one-rank bool split"),
+    ("review-any", "reduction", "bool", (("P(min)",), ("P(min)",)),
+     "review 2026-11-26: accepted by the one-rank bool split"),
+    ("review-all-dim", "reduction", "bool", (("P(max)",), ("P(max)",)),
+     "review 2026-11-26: accepted by the one-rank bool split"),
+    ("review-gcd", "binary", "int64", (("P(product)", "R"), ("P(product)",)),
+     "review 2026-11-26: accepted by the +-1 integer product split"),
+    ("inf-norm-partial-max", "reduction", "float32", (("P(max)",), ("P(max)",)),
+     "DTensor rule on main, found by the validator, fixed in the vector-norm PR"),
+    ("int-avg-pool-partial-sum", "normalization", "int64", (("P(sum)",), ("P(sum)",)),
+     "DTensor rule on main, found by the validator, fixed in the avg_pool PR"),
+)  # fmt: skip
+
+
+# --- build ------------------------------------------------------------------------------
+
+
+def build(out: Path, ops_filter: set[str] | None = None) -> int:
+    import torch
+    import torch.distributed.tensor._ops.strategy_validation as sv
+
+    entries: list[dict] = []
+    oracle_flags_registered: list[str] = []
+    for builder, family, dtype_name, rule, source in FOUND:
+        func, args, kwargs = _constructed(builder)
+        w = witness(func, args, kwargs, rule, getattr(torch, dtype_name))
+        if not w:
+            raise AssertionError(f"no witness for {builder}")
+        entries.append({"id": builder, "family": family, "dtype": dtype_name,
+                        "op": str(func), "source": "found", "builder": builder,
+                        "rule": [list(rule[0]), list(rule[1])], "mutation": "found",
+                        "from": source, "witness": w})  # fmt: skip
+    for family, ops in FAMILIES.items():
+        for op in ops:
+            if ops_filter and op not in ops_filter:
+                continue
+            for dtype_name in DTYPES:
+                dtype = getattr(torch, dtype_name)
+                try:
+                    samples = opinfo_samples(op, dtype_name)
+                except Exception as error:
+                    print(f"{op} {dtype_name}: {error}", file=sys.stderr)
+                    continue
+                for s_id, func, args, kwargs, result in samples:
+                    tensors = sv.extract_tensors_from_args(args, kwargs)
+                    shapes = tuple(tuple(t.shape) for _, t in tensors)
+                    gt = sv._to_ground_truth(result)
+                    gts = gt if isinstance(gt, list) else [gt]
+                    out_shapes = tuple(tuple(t.shape) for t in gts)
+                    registered = sv._query_dtensor_rules(
+                        func, tensors, args, kwargs, shapes, out_shapes, WORLD_SIZE, False
+                    )
+                    for rule in sorted(registered):
+                        if witness(func, args, kwargs, rule, dtype, trials=3):
+                            oracle_flags_registered.append(f"{op} {dtype_name} {rule}")
+                    kept: dict[str, list] = {}
+                    for rule in sorted(registered):
+                        for kind, mutant in mutants(rule, shapes, out_shapes, dtype,
+                                                    registered):  # fmt: skip
+                            kept.setdefault(kind, []).append((rule, mutant))
+                    # round-robin over kinds, PER_SAMPLE certified mutants at most
+                    chosen = 0
+                    queues = {k: list(v) for k, v in sorted(kept.items())}
+                    seen = set()
+                    while chosen < PER_SAMPLE and any(queues.values()):
+                        for kind in list(queues):
+                            if not queues[kind] or chosen >= PER_SAMPLE:
+                                continue
+                            rule, mutant = queues[kind].pop(0)
+                            if mutant in seen:
+                                continue
+                            seen.add(mutant)
+                            w = witness(func, args, kwargs, mutant, dtype)
+                            if not w:
+                                continue
+                            chosen += 1
+                            ins, outs = mutant
+                            entries.append({
+                                "id": f"{op}/{dtype_name}/{s_id}/{kind}/"
+                                      f"{','.join(ins)}->{','.join(outs)}",
+                                "family": family, "dtype": dtype_name, "op": op,
+                                "aten": str(func), "source": "opinfo", "sample": s_id,
+                                "shapes": [list(s) for s in shapes],
+                                "rule": [list(ins), list(outs)], "mutation": kind,
+                                "from": f"{','.join(rule[0])} -> {','.join(rule[1])}",
+                                "witness": w,
+                            })  # fmt: skip
+                print(f"{family} {op} {dtype_name}: {len(entries)} so far", file=sys.stderr)
+    data = {
+        "_doc": "Wrong DTensor sharding rules (tools/mutations.py): each entry's rule is "
+        "certainly wrong for its sample (see 'witness'); torch-overlay sweep --mutations "
+        "asks the validator about each, on stock torch and with the overlay.",
+        "world_size": WORLD_SIZE,
+        "max_samples": MAX_SAMPLES,
+        "oracle_flags_registered": oracle_flags_registered,
+        "entries": entries,
+    }
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{len(entries)} wrong rules; the oracle also flags {len(oracle_flags_registered)}"
+          f" registered rules", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def load(path: Path = CORPUS) -> dict:
+    return json.loads(path.read_text())
+
+
+# --- check: the sweep's worker ----------------------------------------------------------
+
+
+_SAMPLES: dict[tuple[str, str], list] = {}
+
+
+def check_entry(entry: dict, world_size: int = WORLD_SIZE) -> dict:
+    """Ask the validator about one wrong rule: "killed" (reported incorrect),
+    "accepted" or "untestable"; "no sample" when the sample is gone."""
+    import torch.distributed.tensor._ops.strategy_validation as sv
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if entry["source"] == "found":
+        func, args, kwargs = _constructed(entry["builder"])
+        result = func(*args, **kwargs)
+    else:
+        key = (entry["op"], entry["dtype"])
+        if key not in _SAMPLES:
+            _SAMPLES[key] = opinfo_samples(*key)
+        match = [s for s in _SAMPLES[key] if s[0] == entry["sample"]]
+        if not match:
+            return {"op": entry["id"], "status": "no sample"}
+        _, func, args, kwargs, result = match[0]
+        shapes = [list(t.shape) for _, t in sv.extract_tensors_from_args(args, kwargs)]
+        if shapes != entry["shapes"]:
+            return {"op": entry["id"], "status": "no sample", "detail": f"shapes {shapes}"}
+    gt = sv._to_ground_truth(result)
+
+    def reported(key: tuple) -> bool:
+        original = sv._query_dtensor_rules
+        sv._query_dtensor_rules = lambda *a, **k: {key}
+        try:
+            stats = sv.ComparisonStats()
+            sv._validate_aten_op_for_sample(
+                func, args, kwargs, gt, world_size, True, False, 0, "", stats
+            )
+        finally:
+            sv._query_dtensor_rules = original
+        return bool(stats.false_positives)
+
+    if reported((tuple(entry["rule"][0]), tuple(entry["rule"][1]))):
+        # A validator that also reports the registered rule this one was mutated from
+        # (right, unless the oracle says otherwise) kills it without seeing it.
+        origin = entry.get("from", "")
+        no_signal = False
+        if entry["source"] == "opinfo" and " -> " in origin:
+            ins, outs = origin.split(" -> ")
+            no_signal = reported((tuple(ins.split(",")), tuple(outs.split(","))))
+        return {"op": entry["id"], "status": "ok", "verdict": "killed",
+                "origin_reported": no_signal}  # fmt: skip
+    placements = [[sv.parse_placement(p) for p in side] for side in entry["rule"]]
+    with LocalTensorMode(frozenset(range(world_size))):
+        mesh = init_device_mesh("cpu", (world_size,))
+        valid, why = sv.validate_aten_combination(
+            func, args, kwargs, gt, (tuple(placements[0]), tuple(placements[1])),
+            world_size, mesh,
+        )  # fmt: skip
+    verdict = "untestable" if valid is None else "accepted"
+    return {"op": entry["id"], "status": "ok", "verdict": verdict, "detail": why}
+
+
+def worker(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.mutations")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    b = sub.add_parser("build", help="write the corpus (run with the overlay active)")
+    b.add_argument("--out", type=Path, default=CORPUS)
+    b.add_argument("--ops", help="comma-separated OpInfo names (default: every family)")
+    c = sub.add_parser("check", help="the sweep's worker: one verdict line per entry id")
+    c.add_argument("--corpus", type=Path, default=CORPUS)
+    c.add_argument("--world-size", type=int, default=WORLD_SIZE)
+    c.add_argument("ids", nargs="*")
+    args = parser.parse_args(argv)
+
+    import torch.distributed as dist
+
+    _setup_sizes()
+    world_size = getattr(args, "world_size", WORLD_SIZE)
+    dist.init_process_group("fake", rank=0, world_size=world_size)
+    try:
+        if args.verb == "build":
+            return build(args.out, set(args.ops.split(",")) if args.ops else None)
+        by_id = {e["id"]: e for e in load(args.corpus)["entries"]}
+        for entry_id in args.ids:
+            try:
+                result = check_entry(by_id[entry_id], world_size)
+            except Exception as error:  # the validator's own failure, not a verdict
+                result = {"op": entry_id, "status": "error",
+                          "detail": f"{type(error).__name__}: {error}"}  # fmt: skip
+            print(MARK + json.dumps(result), flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker(sys.argv[1:]))
