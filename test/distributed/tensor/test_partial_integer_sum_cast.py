@@ -7,6 +7,7 @@ rank's value. The ground truth sums the per-rank values in the source dtype, the
 """
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
@@ -50,6 +51,11 @@ CASES = [
 ]
 
 
+# gloo cannot all-reduce these dtypes ("Invalid scalar type", on main too); the
+# LocalTensor twin of each class checks those cases.
+GLOO_CANNOT_REDUCE = (torch.int16,)
+
+
 class DistPartialIntegerSumCastTest(DTensorTestBase):
     @property
     def world_size(self) -> int:
@@ -65,6 +71,8 @@ class DistPartialIntegerSumCastTest(DTensorTestBase):
 
     def _check_cast(self, mesh, case, inference):
         reduce_op, dtype, per_rank, cast, keeps = case
+        if dtype in GLOO_CANNOT_REDUCE and dist.get_backend() == "gloo":
+            return  # the LocalTensor twin checks this case
         make = values(dtype, per_rank)
         truth = cast(self._truth(reduce_op, make, dtype))
         dt = self._partial(mesh, reduce_op, make)

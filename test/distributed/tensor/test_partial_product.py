@@ -9,6 +9,7 @@ all-reduces in each case).
 """
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
@@ -209,6 +210,8 @@ class DistPartialProductTest(DTensorTestBase):
             ("band", [([0x0F0F, 7], i16), ([0x00FF, 12], i16)], torch.int8, True),
             ("bxor", [([5, 7], i32), ([3, 9], i32)], torch.float32, False),
         ):
+            if dist.get_backend() == "gloo" and any(d == i16 for _, d in values):
+                continue  # gloo cannot all-reduce int16; the LocalTensor twin checks it
             self._check_reinterpreting_view(mesh, reduce_op, values, target, keeps)
 
     def _check_with_replicate_operand(self, mesh, reduce_op, name):
