@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.distributed.tensor._ops.strategy_validation as sv
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Partial, Replicate
+from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -100,6 +100,19 @@ class ToleranceTest(StrategyValidatorTestBase):
         m2 = torch.randn(8, 8, dtype=torch.bfloat16)
         wrong = ((Replicate(), Partial("sum"), Replicate()), (Partial("sum"),))
         self.assertFalse(self.check(aten.addmm.default, (bias, m1, m2), wrong)[0])
+
+    def test_integer_and_bool_outputs_compare_exactly(self):
+        torch.manual_seed(0)
+        flags, more = torch.rand(6, 1) > 0.5, torch.rand(6) > 0.5
+        rule = ((Replicate(), Shard(0)), (Shard(1),))
+        valid, message = self.check(aten.add.Tensor, (flags, more), rule)
+        self.assertTrue(valid, message)
+        x = torch.randint(-9, 10, (4, 6))
+        rule = ((Partial("sum"), Partial("sum")), (Partial("sum"),))
+        valid, message = self.check(aten.add.Tensor, (x, x), rule)
+        self.assertTrue(valid, message)
+        rule = ((Partial("sum"), Replicate()), (Partial("sum"),))
+        self.assertFalse(self.check(aten.add.Tensor, (x, x + 1), rule)[0])
 
 
 if __name__ == "__main__":
