@@ -342,7 +342,7 @@ class SourceBuildTest(TestCase):
     def test_stack_refuses_a_patch_the_start_commit_already_has(self):
         """git am -3 makes no commit for a patch already applied: nothing else may be amended."""
         found = read_topics(REPO)
-        name = found.submitted(found.topics["dynamo"])[0]
+        name = found.submitted(found.topics["dynamo"])[-1]  # the branch's head commit
         git("am", "-q", "-3", str(REPO / "patches" / name), cwd=self.src)
         before = checkout_state(self.src)
         with self.assertRaisesRegex(OverlayError, f"{name} is already in .*nothing was changed"):
@@ -371,7 +371,7 @@ class SourceBuildTest(TestCase):
     def test_stack_keeps_a_real_author_and_refuses_unready_messages(self):
         repo = copy_project(self.tmp / "project")
         found = read_topics(repo)
-        name = found.submitted(found.topics["dynamo"])[0]
+        name = found.submitted(found.topics["dynamo"])[-1]  # the branch's head commit
         patch = repo / "patches" / name
         text = patch.read_text()
         patch.write_text(text.replace("From: torch-overlay <torch-overlay@localhost>",
@@ -394,10 +394,10 @@ class SourceBuildTest(TestCase):
     def test_a_topic_over_one_that_submits_nothing_stacks_on_the_one_below(self):
         repo = copy_project(self.tmp / "project")
         found = read_topics(repo)
-        carried = found.topics["dynamo"].patches[0]
-        patch = repo / "patches" / carried
-        patch.write_text(patch.read_text().replace("\nTopic: dynamo\n",
-                                                   "\nTopic: dynamo\nCarried-Only: ours\n", 1))  # fmt: skip
+        for carried in found.topics["dynamo"].patches:  # dynamo submits nothing
+            patch = repo / "patches" / carried
+            patch.write_text(patch.read_text().replace("\nTopic: dynamo\n",
+                                                       "\nTopic: dynamo\nCarried-Only: ours\n", 1))  # fmt: skip
 
         def chain(topics):
             for entry in topics:
