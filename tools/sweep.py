@@ -416,12 +416,23 @@ def mutation_summary(corpus: dict, results: dict[str, dict[str, dict]]) -> dict:
     """Per family and per dtype: wrong rules, and how many each variant kills."""
     table: dict[str, dict[str, dict[str, int]]] = {"family": {}, "dtype": {}}
     for entry in corpus["entries"]:
+        on_sample = entry["witness"].startswith("trial 0")
         for axis in ("family", "dtype"):
-            row = table[axis].setdefault(entry[axis], {"rules": 0, "stock": 0, "overlay": 0})
+            row = table[axis].setdefault(
+                entry[axis],
+                {"rules": 0, "stock": 0, "overlay": 0, "on_sample": 0,
+                 "stock_signal": 0, "overlay_signal": 0},
+            )  # fmt: skip
             row["rules"] += 1
+            row["on_sample"] += on_sample
             for variant in VARIANTS:
-                if results[variant].get(entry["id"], {}).get("verdict") == "killed":
+                result = results[variant].get(entry["id"], {})
+                if result.get("verdict") == "killed":
                     row[variant] += 1
+                    # A detection: wrong on the sample itself, and the rule it was
+                    # mutated from is not reported too.
+                    if on_sample and not result.get("origin_reported"):
+                        row[f"{variant}_signal"] += 1
     return table
 
 
@@ -436,13 +447,20 @@ def mutation_markdown(report: dict) -> str:
         "validator's per-sample path (incorrect-only, every mitigation) reports it.",
         "",
     ]
+    lines += ["Detected: killed, wrong on the sample itself, and the registered rule it was "
+              "mutated from not reported too (stock reports every int64 P(sum) and most "
+              "bf16 rules, right or wrong, so its raw kills include rules it cannot see).",
+              ""]  # fmt: skip
     for axis in ("family", "dtype"):
-        lines += [f"| {axis} | wrong rules | killed on stock | killed with the overlay |",
-                  "| --- | --- | --- | --- |"]  # fmt: skip
+        lines += [f"| {axis} | wrong rules | killed on stock | killed with the overlay "
+                  "| wrong on the sample | detected on stock | detected with the overlay |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for name, row in sorted(report["kill_rate"][axis].items()):
-            n = row["rules"]
+            n, m = row["rules"], max(row["on_sample"], 1)
             lines.append(f"| {name} | {n} | {row['stock']} ({row['stock'] / n:.0%}) "
-                         f"| {row['overlay']} ({row['overlay'] / n:.0%}) |")  # fmt: skip
+                         f"| {row['overlay']} ({row['overlay'] / n:.0%}) | {row['on_sample']} "
+                         f"| {row['stock_signal']} ({row['stock_signal'] / m:.0%}) "
+                         f"| {row['overlay_signal']} ({row['overlay_signal'] / m:.0%}) |")  # fmt: skip
         lines.append("")
     lines += ["## Killed on stock, not with the overlay (a validator PR hides them)", ""]
     lines += [f"- `{i}`: {v}" for i, v in report["lost"]] or ["- (none)"]

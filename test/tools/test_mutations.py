@@ -88,7 +88,7 @@ class MutationSweepTest(TestCase):
         for found in mutations.FOUND:
             self.assertEqual(overlay[found[0]]["verdict"], "killed", found[0])
         for family, row in report["kill_rate"]["family"].items():
-            self.assertGreaterEqual(row["overlay"], row["stock"], family)
+            self.assertGreaterEqual(row["overlay_signal"], row["stock_signal"], family)
 
 
 if __name__ == "__main__":
