@@ -261,13 +261,6 @@ def author_problems(repo: Path, series: list[str]) -> list[str]:
     return problems
 
 
-def unassigned_patches(repo: Path) -> list[str]:
-    """Patches with no author yet (the overlay's identity): build and stack give them the
-    checkout's identity."""
-    unassigned = UNASSIGNED_AUTHOR
-    return [n for n in read_series(repo)
-            if patch_author((repo / "patches" / n).read_bytes())[0] == unassigned]  # fmt: skip
-
 
 def trailer_problems(repo: Path, series: list[str]) -> list[str]:
     """This project's trailers spelt otherwise, which every verb would silently ignore."""
