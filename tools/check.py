@@ -261,7 +261,6 @@ def author_problems(repo: Path, series: list[str]) -> list[str]:
     return problems
 
 
-
 def trailer_problems(repo: Path, series: list[str]) -> list[str]:
     """This project's trailers spelt otherwise, which every verb would silently ignore."""
     problems = []
