@@ -1,8 +1,9 @@
 """This repository's pytest harness for the multi-process tests (not submitted upstream).
 
 Every worker that ``MultiProcessTestCase`` (and so ``DTensorTestBase``) spawns runs its test
-through ``_run_worker`` below, which tears the worker's process groups down for real before
-the worker's interpreter shuts down.
+through ``_run_worker`` below, and every worker of ``MultiProcContinuousTest`` (and so
+``DTensorContinuousTestBase``) runs its test loop through it: it tears the worker's process
+groups down for real before the worker's interpreter shuts down.
 
 Why: ``dist.destroy_process_group()`` drops c10d's references, but torch 2.15's
 ``DeviceMesh._pg_registry`` holds each mesh's ProcessGroup, and DTensor's caches (sharding
@@ -22,8 +23,14 @@ up in the test output instead of as a rare abort.
 import gc
 import os
 import sys
+from unittest import mock
 
-from torch.testing._internal.common_distributed import MultiProcessTestCase
+import torch.multiprocessing
+
+from torch.testing._internal.common_distributed import (
+    MultiProcContinuousTest,
+    MultiProcessTestCase,
+)
 
 
 def _gloo_threads():
@@ -85,3 +92,32 @@ def _start_processes_via_run_worker(self, proc):
 
 
 MultiProcessTestCase._start_processes = _start_processes_via_run_worker
+
+
+def _continuous_worker(cls, *args):
+    def worker_loop(*args):
+        try:
+            cls._worker_loop(*args)
+        finally:  # MultiProcContinuousTest._init_pg keeps the default group in cls.pg
+            cls.pg = None
+
+    _run_worker(worker_loop, *args)
+
+
+_spawn_continuous = MultiProcContinuousTest._spawn_processes.__func__
+
+
+@classmethod
+def _spawn_continuous_via_run_worker(cls, world_size):
+    # _spawn_processes passes the bound cls._worker_loop, which a spawned child unpickles
+    # from the test module alone; a target in this module makes the child import it too.
+    process = torch.multiprocessing.Process
+
+    def via_run_worker(*, target, args, **kwargs):
+        return process(target=_continuous_worker, args=(cls, *args), **kwargs)
+
+    with mock.patch.object(torch.multiprocessing, "Process", via_run_worker):
+        _spawn_continuous(cls, world_size)
+
+
+MultiProcContinuousTest._spawn_processes = _spawn_continuous_via_run_worker

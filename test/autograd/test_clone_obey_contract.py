@@ -33,10 +33,10 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.debug import CommDebugMode, _clear_sharding_prop_cache
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 from torch.testing._internal.logging_tensor import LoggingTensor, capture_logs
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -682,12 +682,9 @@ def reverted_new_empty_strided_rule():
         _clear_sharding_prop_cache()
 
 
-class CloneObeyContractDTensorTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class CloneObeyContractDTensorTest(DTensorContinuousTestBase):
+    world_size = 2
 
-    @with_comms
     def test_partial_transposed_grad_of_replicate_param_stays_partial(self):
         ext = require_extension(self)
         stock = require_extension(self, stock=True)
@@ -734,7 +731,7 @@ class CloneObeyContractDTensorTest(DTensorTestBase):
 
 
 CloneObeyContractDTensorTestWithLocalTensor = create_local_tensor_test_class(
-    CloneObeyContractDTensorTest
+    CloneObeyContractDTensorTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -9,9 +9,9 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
-    DTensorTestBase,
+    LocalDTensorContinuousTestBase,
+    DTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 
@@ -22,17 +22,14 @@ def rank_values(rank):
     return torch.tensor([[values]])
 
 
-class DistAvgPoolIntegerPartialTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistAvgPoolIntegerPartialTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, dtype):
         mesh = self.build_device_mesh()
         local = map_local_for_rank(self.rank, lambda r: rank_values(r).to(dtype))
         return DTensor.from_local(local, mesh, [Partial("sum")], run_check=False)
 
-    @with_comms
     def test_integer_avg_pool_of_partial(self):
         pools = {
             1: lambda t: F.avg_pool1d(t.flatten(1, 2), 2),
@@ -55,7 +52,6 @@ class DistAvgPoolIntegerPartialTest(DTensorTestBase):
                 self.assertEqual(comm_mode.get_total_counts(), 1)
                 self.assertEqual(out.placements, (Replicate(),))
 
-    @with_comms
     def test_float_avg_pool_keeps_partial(self):
         x = self._partial(torch.float32)
         full = sum(rank_values(r) for r in range(self.world_size)).float()
@@ -68,7 +64,7 @@ class DistAvgPoolIntegerPartialTest(DTensorTestBase):
 
 
 DistAvgPoolIntegerPartialTestWithLocalTensor = create_local_tensor_test_class(
-    DistAvgPoolIntegerPartialTest
+    DistAvgPoolIntegerPartialTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -12,10 +12,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 REDUCTIONS = {
@@ -144,10 +144,8 @@ CASES = [
 ]
 
 
-class DistPartialConvertElementTypeTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialConvertElementTypeTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, mesh, reduce_op, make):
         local = map_local_for_rank(self.rank, make)
@@ -172,14 +170,12 @@ class DistPartialConvertElementTypeTest(DTensorTestBase):
         self.assertEqual(out.placements, (expected,))
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
 
-    @with_comms
     def test_convert_element_type_matches_reduce_then_cast(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
             {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
         )
 
-    @with_comms
     def test_convert_element_type_agrees_with_to_copy(self):
         mesh = self.build_device_mesh()
         for reduce_op, dtype, per_rank, cast, _ in CASES:
@@ -191,7 +187,7 @@ class DistPartialConvertElementTypeTest(DTensorTestBase):
 
 
 DistPartialConvertElementTypeTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialConvertElementTypeTest
+    DistPartialConvertElementTypeTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -12,19 +12,17 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 REFUSAL = "in-place operations that require placement changes are not supported"
 
 
-class DistPartialCopyTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialCopyTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _dtensor(self, mesh, placement, per_rank, dtype):
         local = map_local_for_rank(
@@ -38,7 +36,6 @@ class DistPartialCopyTest(DTensorTestBase):
             dst.copy_(src)
         return comm_mode.get_total_counts()
 
-    @with_comms
     def test_sum_into_integer_partial_is_refused_not_truncated(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("sum"), [[7, 7], [0, 0]], torch.int32)
@@ -57,7 +54,6 @@ class DistPartialCopyTest(DTensorTestBase):
                 self._dtensor(mesh, Partial("sum"), [[0.5], [0.5]], torch.float32)
             )
 
-    @with_comms
     def test_same_dtype_copy_keeps_product_and_bitwise_partials(self):
         mesh = self.build_device_mesh()
         for reduce_op, dtype, per_rank, truth in (
@@ -72,7 +68,6 @@ class DistPartialCopyTest(DTensorTestBase):
             self.assertEqual(dst.placements, (Partial(reduce_op),))
             self.assertEqual(dst.full_tensor(), torch.tensor(truth, dtype=dtype))
 
-    @with_comms
     def test_max_into_uint8_partial_reduces_the_source_first(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(mesh, Partial("max"), [[0, 0], [0, 0]], torch.uint8)
@@ -83,7 +78,6 @@ class DistPartialCopyTest(DTensorTestBase):
         self.assertEqual(dst.placements, (Partial("max"),))
         self.assertEqual(dst.full_tensor(), torch.tensor([3, 7], dtype=torch.uint8))
 
-    @with_comms
     def test_commuting_copies_keep_partial_without_collectives(self):
         mesh = self.build_device_mesh()
         dst = self._dtensor(
@@ -99,7 +93,6 @@ class DistPartialCopyTest(DTensorTestBase):
         self.assertEqual(self._copy(dst, src), 0)
         self.assertEqual(dst.full_tensor(), torch.tensor([4.0]))
 
-    @with_comms
     def test_replicate_int_destination_from_a_max_partial_reduces_once(self):
         # new_zeros of a Partial gives Replicate (an initialized factory).
         mesh = self.build_device_mesh()
@@ -111,7 +104,9 @@ class DistPartialCopyTest(DTensorTestBase):
         self.assertEqual(dst.full_tensor(), torch.tensor([3], dtype=torch.int32))
 
 
-DistPartialCopyTestWithLocalTensor = create_local_tensor_test_class(DistPartialCopyTest)
+DistPartialCopyTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialCopyTest, base_class=LocalDTensorContinuousTestBase
+)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 REDUCTIONS = {
@@ -98,10 +98,8 @@ CASES = [
 ]
 
 
-class DistPartialDtypeCastTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialDtypeCastTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, mesh, reduce_op, make):
         local = map_local_for_rank(self.rank, make)
@@ -126,14 +124,12 @@ class DistPartialDtypeCastTest(DTensorTestBase):
         self.assertEqual(out.placements, (expected,))
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
 
-    @with_comms
     def test_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
             {"case": CASES, "inference": [False, True]}, self._check_cast, mesh
         )
 
-    @with_comms
     def test_mixed_precision_round_trip(self):
         # fp32 -> bf16 of a pending sum reduces in fp32 first (the cast narrows);
         # bf16 -> fp32 of a pending sum keeps it and reduces in fp32 later.
@@ -161,7 +157,7 @@ class DistPartialDtypeCastTest(DTensorTestBase):
 
 
 DistPartialDtypeCastTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialDtypeCastTest
+    DistPartialDtypeCastTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -8,17 +8,15 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 
-class DistPartialForeachZeroTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialForeachZeroTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _dtensor(self, mesh, placement):
         local = map_local_for_rank(self.rank, lambda r: torch.arange(4.0) + r + 1)
@@ -38,7 +36,6 @@ class DistPartialForeachZeroTest(DTensorTestBase):
         self.assertEqual(weight.grad.placements, (Partial(reduce_op),))
         self.assertEqual(weight.grad.full_tensor(), torch.zeros(4))
 
-    @with_comms
     def test_zero_grad_keeps_partial_grads(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -47,7 +44,6 @@ class DistPartialForeachZeroTest(DTensorTestBase):
             mesh,
         )
 
-    @with_comms
     def test_foreach_zero_on_mixed_placements(self):
         mesh = self.build_device_mesh()
         placements = [Partial("sum"), Partial("max"), Shard(0), Replicate()]
@@ -62,7 +58,7 @@ class DistPartialForeachZeroTest(DTensorTestBase):
 
 
 DistPartialForeachZeroTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialForeachZeroTest
+    DistPartialForeachZeroTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -18,10 +18,10 @@ from torch.distributed.tensor import Partial, Replicate, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 
@@ -41,10 +41,8 @@ def rank_input(rank):
     return torch.arange(16.0).reshape(2, 8).mul(rank + 1) / 10
 
 
-class DistPartialGradLayoutContractTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialGradLayoutContractTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _weight(self, mesh):
         torch.manual_seed(0)
@@ -76,7 +74,6 @@ class DistPartialGradLayoutContractTest(DTensorTestBase):
             (rank_input(rank) @ w[0]).sum().backward()
         self.assertEqual(weight.grad.full_tensor(), plain.grad)
 
-    @with_comms
     def test_seed_cases_keep_a_partial_grad_without_collectives(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -85,7 +82,6 @@ class DistPartialGradLayoutContractTest(DTensorTestBase):
             mesh,
         )
 
-    @with_comms
     def test_copy_slices_keeps_a_partial_grad_without_collectives(self):
         # y = w * 1; y[0].mul_(2): CopySlices builds the grad with
         # grad.new_empty_strided(base) + copy_.
@@ -107,7 +103,7 @@ class DistPartialGradLayoutContractTest(DTensorTestBase):
 
 
 DistPartialGradLayoutContractTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialGradLayoutContractTest
+    DistPartialGradLayoutContractTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

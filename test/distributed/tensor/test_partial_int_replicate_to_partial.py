@@ -13,19 +13,17 @@ from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 INT_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
 
 
-class DistPartialIntReplicateToPartialTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _dtensor(self, mesh, placement, per_rank, dtype):
         local = map_local_for_rank(
@@ -40,7 +38,6 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
         local = redistribute_local_tensor(rep.to_local(), spec, target)
         return DTensor(local, target, requires_grad=False)
 
-    @with_comms
     def test_redistribute_keeps_value_on_first_rank(self):
         mesh = self.build_device_mesh()
         values = [3, 5, 0, 9]
@@ -61,7 +58,6 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
             self.assertEqual(part.to_local(), expected)
             self.assertEqual(part.full_tensor(), torch.tensor(values, dtype=dtype))
 
-    @with_comms
     def test_replicate_into_integer_sum_partial_is_not_divided(self):
         mesh = self.build_device_mesh()
         for dtype in (torch.int64, torch.int32, torch.bool):
@@ -76,7 +72,6 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
             self.assertEqual(comm_mode.get_total_counts(), 0)
             self.assertEqual(dst.full_tensor(), torch.tensor(values, dtype=dtype))
 
-    @with_comms
     def test_integer_partial_plus_replicate(self):
         mesh = self.build_device_mesh()
         p = self._dtensor(mesh, Partial("sum"), [[1, 2, 3], [4, 5, 6]], torch.int64)
@@ -86,7 +81,6 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
         self.assertEqual(out.dtype, torch.int64)
         self.assertEqual(out.full_tensor(), torch.tensor([15, 27, 42]))
 
-    @with_comms
     def test_float_sum_partial_is_still_divided(self):
         # The floating-point path is unchanged: every rank holds v / n.
         mesh = self.build_device_mesh()
@@ -96,14 +90,11 @@ class DistPartialIntReplicateToPartialTest(DTensorTestBase):
         self.assertEqual(part.full_tensor(), torch.tensor([3.0, 5.0]))
 
 
-class DistPartialIntReplicateToPartialCompileTest(DTensorTestBase):
+class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
     """Real processes: one trace under compile_on_one_rank must serve every rank."""
 
-    @property
-    def world_size(self) -> int:
-        return 2
+    world_size = 2
 
-    @with_comms
     def test_compile_on_one_rank_integer_partial_plus_replicate(self):
         mesh = self.build_device_mesh()
         p_local = torch.tensor([[1, 2, 3], [4, 5, 6]][self.rank], dtype=torch.int64)
@@ -119,7 +110,7 @@ class DistPartialIntReplicateToPartialCompileTest(DTensorTestBase):
 
 
 DistPartialIntReplicateToPartialTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialIntReplicateToPartialTest
+    DistPartialIntReplicateToPartialTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -12,10 +12,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 REDUCTIONS = {
@@ -56,10 +56,8 @@ CASES = [
 GLOO_CANNOT_REDUCE = (torch.int16,)
 
 
-class DistPartialIntegerSumCastTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialIntegerSumCastTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, mesh, reduce_op, make):
         local = map_local_for_rank(self.rank, make)
@@ -86,7 +84,6 @@ class DistPartialIntegerSumCastTest(DTensorTestBase):
         self.assertEqual(out.placements, (expected,))
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
 
-    @with_comms
     def test_integer_sum_casts_match_reduce_then_cast(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -95,7 +92,7 @@ class DistPartialIntegerSumCastTest(DTensorTestBase):
 
 
 DistPartialIntegerSumCastTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialIntegerSumCastTest
+    DistPartialIntegerSumCastTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

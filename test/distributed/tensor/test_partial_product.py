@@ -14,10 +14,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 
@@ -58,10 +58,8 @@ GIVES_REPLICATE = {
 }
 
 
-class DistPartialProductTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialProductTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _product(self, mesh):
         local = map_local_for_rank(self.rank, rank_values)
@@ -78,7 +76,6 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(out.placements, (Partial("product"),))
         self.assertEqual(out.full_tensor(), KEEPS_PRODUCT[name](self._truth()))
 
-    @with_comms
     def test_views_and_copies_keep_the_pending_product(self):
         mesh = self.build_device_mesh()
         self.run_subtests({"name": list(KEEPS_PRODUCT)}, self._check_keeps, mesh)
@@ -91,12 +88,10 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(out.placements, (Replicate(),))
         self.assertEqual(out.full_tensor(), GIVES_REPLICATE[name](self._truth()))
 
-    @with_comms
     def test_factories_give_replicate_without_reducing_the_input(self):
         mesh = self.build_device_mesh()
         self.run_subtests({"name": list(GIVES_REPLICATE)}, self._check_factory, mesh)
 
-    @with_comms
     def test_uninitialized_factories_give_replicate_without_reducing(self):
         # Unlike sum/avg/min/max (#180511), a product buffer could not take a
         # Replicate value later (no Replicate -> Partial("product") conversion).
@@ -114,7 +109,6 @@ class DistPartialProductTest(DTensorTestBase):
             self.assertEqual(out.placements, (Replicate(),))
             self.assertEqual(out.full_tensor(), torch.zeros(2, 2))
 
-    @with_comms
     def test_copy_slices_with_a_product_gradient(self):
         # y = w * 1; y[0].mul_(2): CopySlices builds the grad with
         # grad.new_empty_strided(base) + copy_ of a Replicate result.
@@ -130,7 +124,6 @@ class DistPartialProductTest(DTensorTestBase):
         truth[0] *= 2**self.world_size
         self.assertEqual(weight.grad.full_tensor(), truth)
 
-    @with_comms
     def test_bitwise_partials_pass_through_views_and_selections(self):
         mesh = self.build_device_mesh()
         for reduce_op, reduce in (
@@ -154,7 +147,6 @@ class DistPartialProductTest(DTensorTestBase):
                 self.assertEqual(out.placements, (Partial(reduce_op),))
                 self.assertEqual(out.full_tensor(), KEEPS_PRODUCT[name](truth))
 
-    @with_comms
     def test_accumulate_grad_keeps_a_product_gradient(self):
         mesh = self.build_device_mesh()
         ones = map_local_for_rank(self.rank, lambda r: torch.ones(2, 2))
@@ -189,7 +181,6 @@ class DistPartialProductTest(DTensorTestBase):
         )
         self.assertEqual(out.full_tensor(), truth)
 
-    @with_comms
     def test_reinterpreting_views_keep_product_and_bitwise_partials_between_integers(
         self,
     ):
@@ -262,7 +253,6 @@ class DistPartialProductTest(DTensorTestBase):
         self.assertEqual(out.placements, (Replicate(),))
         self.assertEqual(out.full_tensor(), ops[name](truth, other, index))
 
-    @with_comms
     def test_product_and_bitwise_partials_with_a_replicate_operand(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -311,7 +301,6 @@ class DistPartialProductTest(DTensorTestBase):
             self.assertEqual(comm_mode.get_total_counts(), 0)
             self.assertEqual(dt.to_local(), before)
 
-    @with_comms
     def test_fill_keeps_a_pending_reduction_only_where_it_means_a_fill(self):
         mesh = self.build_device_mesh()
         reduce_ops = ["sum", "avg", "min", "max", "product", "band", "bor", "bxor"]
@@ -319,7 +308,7 @@ class DistPartialProductTest(DTensorTestBase):
 
 
 DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialProductTest
+    DistPartialProductTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

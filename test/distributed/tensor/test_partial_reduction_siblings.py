@@ -14,10 +14,10 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 aten, prims = torch.ops.aten, torch.ops.prims
@@ -71,10 +71,8 @@ CASES = [
 ]
 
 
-class DistPartialReductionSiblingsTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialReductionSiblingsTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _check(self, mesh, case):
         name, reduce_op, fn, per_rank, keeps = case
@@ -90,14 +88,13 @@ class DistPartialReductionSiblingsTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1, name)
         self.assertEqual(out.full_tensor(), truth, equal_nan=True, msg=name)
 
-    @with_comms
     def test_reductions_of_partial_inputs_match_reduce_then_op(self):
         mesh = self.build_device_mesh()
         self.run_subtests({"case": CASES}, self._check, mesh)
 
 
 DistPartialReductionSiblingsTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialReductionSiblingsTest
+    DistPartialReductionSiblingsTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

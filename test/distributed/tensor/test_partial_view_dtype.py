@@ -19,10 +19,10 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 REDUCTIONS = {
@@ -53,10 +53,8 @@ REINTERPRETING_VIEWS = [
 ]
 
 
-class DistPartialViewDtypeTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistPartialViewDtypeTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, mesh, reduce_op):
         local = map_local_for_rank(self.rank, lambda r: torch.tensor(PER_RANK[r]))
@@ -71,7 +69,6 @@ class DistPartialViewDtypeTest(DTensorTestBase):
         self.assertEqual(out.placements, (Replicate(),))
         self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
 
-    @with_comms
     def test_view_dtype_reduces_first(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -80,7 +77,6 @@ class DistPartialViewDtypeTest(DTensorTestBase):
             mesh,
         )
 
-    @with_comms
     def test_view_same_dtype_keeps_partial(self):
         mesh = self.build_device_mesh()
         for reduce_op in REDUCTIONS:
@@ -107,7 +103,6 @@ class DistPartialViewDtypeTest(DTensorTestBase):
         )
         self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
 
-    @with_comms
     def test_view_keeps_partial_only_where_the_reduction_commutes(self):
         mesh = self.build_device_mesh()
         self.run_subtests(
@@ -129,7 +124,6 @@ class DistPartialViewDtypeTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 0 if keeps_shard else 1)
         self.assertEqual(out.full_tensor(), full.view(target), atol=0, rtol=0)
 
-    @with_comms
     def test_view_changing_element_size_keeps_only_an_even_last_dim_shard(self):
         # An element size change rescales each rank's last dim: an uneven Shard
         # of it would give locals that are not the chunks of the global result.
@@ -151,7 +145,7 @@ class DistPartialViewDtypeTest(DTensorTestBase):
 
 
 DistPartialViewDtypeTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialViewDtypeTest
+    DistPartialViewDtypeTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

@@ -15,10 +15,10 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
-    DTensorTestBase,
+    DTensorContinuousTestBase,
     create_local_tensor_test_class,
+    LocalDTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -27,10 +27,8 @@ def rank_values(rank):
     return torch.tensor([1.0 + rank, -2.0, 0.5 * rank])
 
 
-class DistRedistributeSameInputOnceTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistRedistributeSameInputOnceTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _partial(self, mesh):
         local = map_local_for_rank(self.rank, rank_values)
@@ -39,7 +37,6 @@ class DistRedistributeSameInputOnceTest(DTensorTestBase):
     def _truth(self):
         return sum(rank_values(r) for r in range(self.world_size))
 
-    @with_comms
     def test_addcmul_with_one_partial_twice_reduces_once(self):
         mesh = self.build_device_mesh()
         zeros = map_local_for_rank(self.rank, lambda r: torch.zeros(3))
@@ -51,7 +48,6 @@ class DistRedistributeSameInputOnceTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 1)
         self.assertEqual(out.full_tensor(), 0.5 * self._truth() * self._truth())
 
-    @with_comms
     def test_distinct_inputs_are_still_each_redistributed(self):
         mesh = self.build_device_mesh()
         zeros = map_local_for_rank(self.rank, lambda r: torch.zeros(3))
@@ -63,7 +59,6 @@ class DistRedistributeSameInputOnceTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 2)
         self.assertEqual(out.full_tensor(), 0.5 * self._truth() * self._truth())
 
-    @with_comms
     def test_masked_partial_read_twice(self):
         # A row-wise sharded embedding gives a _MaskPartial output, whose mask is
         # released by its first reduction: reading it twice used to assert.
@@ -85,7 +80,7 @@ class DistRedistributeSameInputOnceTest(DTensorTestBase):
 
 
 DistRedistributeSameInputOnceTestWithLocalTensor = create_local_tensor_test_class(
-    DistRedistributeSameInputOnceTest
+    DistRedistributeSameInputOnceTest, base_class=LocalDTensorContinuousTestBase
 )
 
 

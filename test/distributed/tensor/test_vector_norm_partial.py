@@ -8,9 +8,9 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
-    DTensorTestBase,
+    LocalDTensorContinuousTestBase,
+    DTensorContinuousTestBase,
     map_local_for_rank,
-    with_comms,
 )
 
 
@@ -20,10 +20,8 @@ def rank_values(rank):
     return torch.tensor([[-5.0, 1.0], [3.0, -4.0]]) if rank == 0 else torch.ones(2, 2)
 
 
-class DistVectorNormPartialTest(DTensorTestBase):
-    @property
-    def world_size(self) -> int:
-        return 2
+class DistVectorNormPartialTest(DTensorContinuousTestBase):
+    world_size = 2
 
     def _check(self, reduce_op, ord, dim=None):
         mesh = self.build_device_mesh()
@@ -41,17 +39,14 @@ class DistVectorNormPartialTest(DTensorTestBase):
         self.assertEqual(comm_mode.get_total_counts(), 1)
         self.assertEqual(out.placements, (Replicate(),))
 
-    @with_comms
     def test_inf_norm_of_partial_max(self):
         self._check("max", float("inf"))
         self._check("max", float("inf"), dim=1)
 
-    @with_comms
     def test_neg_inf_norm_of_partial_min(self):
         self._check("min", float("-inf"))
         self._check("min", float("-inf"), dim=0)
 
-    @with_comms
     def test_foreach_inf_norm_of_partial_max(self):
         # The strategy get_total_norm(norm_type=inf) reaches through _foreach_norm.
         mesh = self.build_device_mesh()
@@ -63,7 +58,6 @@ class DistVectorNormPartialTest(DTensorTestBase):
             out.full_tensor(), torch.linalg.vector_norm(stack.amax(0), float("inf"))
         )
 
-    @with_comms
     def test_inf_norm_of_replicate_needs_no_collective(self):
         mesh = self.build_device_mesh()
         x = DTensor.from_local(rank_values(0), mesh, [Replicate()], run_check=False)
@@ -75,7 +69,7 @@ class DistVectorNormPartialTest(DTensorTestBase):
 
 
 DistVectorNormPartialTestWithLocalTensor = create_local_tensor_test_class(
-    DistVectorNormPartialTest
+    DistVectorNormPartialTest, base_class=LocalDTensorContinuousTestBase
 )
 
 
