@@ -139,19 +139,34 @@ def environment(tree: Path | None) -> dict[str, str]:
 
 
 def run_stock_and_overlay(repo: Path, command: list[str]) -> tuple[Plan, str, str]:
-    """Run ``command`` in ``repo`` on stock torch, then with the overlay's active patches
-    (materialized in a scratch tree); return the plan and both outputs. A run that fails
-    stops here with its stderr."""
+    """Run ``command`` in ``repo`` on stock torch and with the overlay's active patches
+    (materialized in a scratch tree), both at once (they share nothing but the machine, and
+    each spends much of its time starting interpreters); return the plan and both outputs.
+    A run that fails stops here with its stderr."""
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         plan = materialize(repo, tree)
-        outputs = []
-        for label, active in (("stock", None), ("overlay", tree)):
-            proc = subprocess.run(
-                command, cwd=repo, env=environment(active), capture_output=True, text=True
-            )
+        variants = {"stock": None, "overlay": tree}
+        # Files, not pipes: a run that fills a pipe nobody reads yet would stall.
+        logs = {(label, stream): Path(scratch) / f"{label}.{stream}"
+                for label in variants for stream in ("out", "err")}  # fmt: skip
+        procs = {}
+        try:
+            for label, active in variants.items():
+                with open(logs[label, "out"], "w") as out, open(logs[label, "err"], "w") as err:
+                    procs[label] = subprocess.Popen(
+                        command, cwd=repo, env=environment(active), stdout=out, stderr=err
+                    )
+            for proc in procs.values():
+                proc.wait()
+        finally:  # an interrupt or an error here must not leave the other run behind
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        for label, proc in procs.items():
             if proc.returncode:
-                sys.stderr.write(proc.stderr)
+                sys.stderr.write(logs[label, "err"].read_text())
                 raise SystemExit(f"{' '.join(command)} failed ({label} torch)")
-            outputs.append(proc.stdout)
-    return plan, outputs[0], outputs[1]
+        outputs = {label: logs[label, "out"].read_text() for label in variants}
+    return plan, outputs["stock"], outputs["overlay"]
