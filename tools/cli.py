@@ -332,8 +332,11 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
         print("\n".join(export(repo)) or "patches/ is up to date")
     elif args.verb == "check":
         from tools.check import check
+        from tools.compile_cpp import notes
 
         problems = check(repo)
+        for note in notes(repo):
+            print(f"note: {note}")
         for problem in problems:
             print(problem)
         print(f"check: {len(problems)} problem(s)" if problems else "check: ok")

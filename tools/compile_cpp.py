@@ -429,32 +429,42 @@ def compile_cpp(
 
 
 def lint_messages(repo: Path) -> list[str]:
-    def message(path: str, line: int | None, severity: str, name: str, description: str) -> str:
+    """Errors only: a patch that adds a compile error, or a series that cannot be compiled.
+    lintrunner fails on any message, advice included, so what is not a finding about the
+    patches (a file not compiled here, errors its base copy already has) is said by
+    ``compile-cpp`` and by ``check`` (``notes``) instead."""
+
+    def message(path: str, line: int | None, name: str, description: str) -> str:
         return json.dumps({"path": path, "line": line, "char": None, "code": "CPPCOMPILE",
-                           "severity": severity, "name": name, "original": None,
+                           "severity": "error", "name": name, "original": None,
                            "replacement": None, "description": description})  # fmt: skip
 
     try:
         results = compile_series(repo)
     except OverlayError as error:
-        return [message("patches/series", None, "error", "refused", str(error))]
+        return [message("patches/series", None, "refused", str(error))]
+    return [message(f"patches/{r.patch}", None, "new-error", str(d))
+            for r in results for d in r.new_errors]  # fmt: skip
+
+
+def notes(repo: Path) -> list[str]:
+    """What ``compile-cpp`` cannot check here, found without compiling: each source-only C++
+    file a patch changes that has no upstream copy, or only a copy from another commit."""
+    pin = read_pin(repo)
+    cache = read_cache(repo)
     out = []
-    for r in results:
-        where = f"patches/{r.patch}"
-        if r.not_compiled:
-            out.append(
-                message(
-                    where,
-                    None,
-                    "advice",
-                    "not-compiled",
-                    f"{r.path}: not compiled: {r.not_compiled}",
-                )
-            )
-        elif r.before and r.before.errors:
-            out.append(message(where, None, "advice", "base-skew", "\n".join(r.lines()[:3])))
-        for d in r.new_errors:
-            out.append(message(where, None, "error", "new-error", str(d)))
+    for path in sorted(pin.source_only):
+        if not any(path in patch_paths((repo / "patches" / n).read_bytes())
+                   for n in read_series(repo)):  # fmt: skip
+            continue
+        entry = cache.get(path)
+        if entry is None:
+            out.append(f"compile-cpp: {path} is not compiled here: no copy of it at "
+                       f"{pin.git_version[:12]}; {fetch_hint(pin.git_version)}")  # fmt: skip
+        elif (entry["repo"], entry["commit"]) != (UPSTREAM_REPO, pin.git_version):
+            out.append(f"compile-cpp: {path} is compiled against {entry['repo']}@"
+                       f"{entry['commit'][:12]}, not the base commit: errors it has without "
+                       "the patch are version skew")  # fmt: skip
     return out
 
 
