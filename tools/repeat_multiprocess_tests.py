@@ -5,7 +5,9 @@
 
 A multi-process test file is one with a class deriving from DTensorTestBase,
 MultiProcessTestCase, DTensorContinuousTestBase or MultiProcContinuousTest (found with a regular
-expression over test/). Each run is one pytest process, `-s` so that what the spawned workers
+expression over test/). A run selects only those classes (their pytest node ids; the
+single-process tests beside them, LocalTensor twins included, cannot abort a worker), or the
+whole file with --whole-files. Each run is one pytest process, `-s` so that what the spawned workers
 print reaches the log: a run fails on a non-zero exit status, and its log is kept. Every run is
 also scanned for the signs of an abort at worker exit ("terminate called", a worker's exit code
 -6) and for test/conftest.py's report of gloo threads left alive at worker exit. No retries:
@@ -24,8 +26,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BASES = r"(DTensorTestBase|MultiProcessTestCase|DTensorContinuousTestBase|MultiProcContinuousTest)"
-CLASS = re.compile(rf"^class \w+\([^)]*\b{BASES}\b", re.M)
+BASES = r"(?:DTensorTestBase|MultiProcessTestCase|DTensorContinuousTestBase|MultiProcContinuousTest)"
+CLASS = re.compile(rf"^class (\w+)\([^)]*\b{BASES}\b", re.M)
 SIGNS = {
     "abort": re.compile(r"terminate called|got -6 for pid|SIGABRT"),
     "gloo_threads_left": re.compile(r"conftest: \d+ gloo thread\(s\) still alive"),
@@ -40,12 +42,18 @@ def multiprocess_files() -> list[Path]:
     )
 
 
+def multiprocess_classes(path: Path) -> list[str]:
+    return CLASS.findall((REPO / path).read_text(encoding="utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path, help="default: every multi-process file")
     parser.add_argument("-n", type=int, default=10, help="runs per file (default 10)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per run")
     parser.add_argument("--out", type=Path, default=REPO / "reports")
+    parser.add_argument("--whole-files", action="store_true",
+                        help="run every test of each file, not only its multi-process classes")  # fmt: skip
     args = parser.parse_args(argv)
     files = args.files or multiprocess_files()
     logs = args.out / "repeat-multiprocess"
@@ -54,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for i in range(1, args.n + 1):  # round-robin: machine load hits every file alike
         for path in files:
+            targets = ([str(path)] if args.whole_files else
+                       [f"{path}::{name}" for name in multiprocess_classes(path)])  # fmt: skip
             cmd = [str(python), "-m", "tools.cli", "run", "--", str(python), "-m", "pytest",
-                   str(path), "-q", "-s", "-p", "no:cacheprovider"]  # fmt: skip
+                   *targets, "-q", "-s", "-p", "no:cacheprovider"]  # fmt: skip
             start = time.monotonic()
             try:
                 proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
