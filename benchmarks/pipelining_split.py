@@ -1,6 +1,6 @@
 """The dX/dW split backward of pipelining vs a fused backward: stock torch vs the overlay.
 
-    python benchmarks/pipelining_split.py [--reps N] [--depths 4,16,64,256]
+    python benchmarks/pipelining_split.py [--reps N] [--depths 1,4,16,64,256]
 
 Runs itself twice as a worker (stock, then with the overlay's active patches). For a stage
 of N x (Linear(256, 256) + ReLU), "plain" (N separate layers), "shared" (one layer applied
@@ -8,10 +8,12 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - time: (stage_backward_input + stage_backward_weight) / fused backward, median of --reps
 - flops: FLOPs of I + W / FLOPs of the fused backward (torch.utils.flop_counter)
 - held MB: tensors autograd keeps between I and W (saved tensors still alive plus the
-  gradients saved for W), after the caller drops its outputs as a pipeline stage does
+  gradients saved for W, and the weight gradients I computed for W to accumulate), after
+  the caller drops its outputs as a pipeline stage does
 - peak MB in W: the most tensor bytes live at once inside stage_backward_weight (W), with
   every .grad None before W (as after zero_grad()), so W allocates the weight gradients
-- groups ms: construct_reverse_graph + get_param_groups, the split's bookkeeping
+- groups ms: construct_reverse_graph + get_param_groups (+ the overlay's choice of the
+  groups whose weight gradients I computes), the split's bookkeeping
 - grads: whether the split's weight gradients equal the fused backward's
 and overlay/stock; 'per layer' is how the overlay's bookkeeping per layer grows from N/4 to
 N (1.0 is linear; the target is at most 2). Rows whose peak in W is above stock's are then
@@ -188,6 +190,10 @@ def weight_step_memory(forward, params, x, grad) -> dict:
         for group in groups:
             for saved in group["grads"]:
                 yield from ((g, "saved gradients") for g in saved or () if g is not None)
+            # weight gradients that I computed for W to accumulate (overlay, reused weights)
+            for g in group.get("param_grads") or ():
+                if g is not None:
+                    yield g, "weight gradients from I"
 
     mode = live_bytes_mode(held())
     gc.disable()  # frees by reference counting only: garbage in cycles stays live, as it does
@@ -296,6 +302,10 @@ def measure(depth: int, kind: str, reps: int) -> dict:
     )
     from torch.utils.flop_counter import FlopCounterMode
 
+    # the overlay's choice of the groups whose weight gradients I computes (not on stock)
+    choose_groups_for_i = getattr(
+        torch.distributed.pipelining._backward, "_groups_to_compute_in_input_backward", None
+    )
     forward, params = stage(depth, kind)
     grad = torch.randn(BATCH, WIDTH)
 
@@ -328,9 +338,10 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         out = forward(x)
         weights = [_get_grad_fn_or_grad_acc(p) for p in params]
         start = time.perf_counter()
-        get_param_groups(
-            [_get_grad_fn_or_grad_acc(x)], weights, construct_reverse_graph([out.grad_fn])
-        )
+        inputs, reverse = [_get_grad_fn_or_grad_acc(x)], construct_reverse_graph([out.grad_fn])
+        groups = get_param_groups(inputs, weights, reverse)
+        if choose_groups_for_i is not None:
+            choose_groups_for_i(groups, inputs, reverse)
         return time.perf_counter() - start
 
     def median(run):
@@ -411,7 +422,7 @@ def main() -> None:
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--depths", default="4,16,64,256")
+    parser.add_argument("--depths", default="1,4,16,64,256")
     args = parser.parse_args()
     if args.worker:
         worker(args.reps, [int(d) for d in args.depths.split(",")])
