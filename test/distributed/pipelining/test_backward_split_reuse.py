@@ -3,9 +3,14 @@
 stage_backward_weight) on a layer applied several times in one stage: the weight
 backward must not re-run the dX chain between the layer's uses, so input plus
 weight backward cost what a fused backward costs, with the same gradients.
-Ordinary layers keep their weight-gradient work in the weight backward."""
+Ordinary layers keep their weight-gradient work in the weight backward, and so
+does a reused layer whose weight gradient would take more memory than the
+gradients the weight backward would otherwise keep."""
+
+from unittest import mock
 
 import torch
+import torch.distributed.pipelining._backward as _backward
 import torch.nn.functional as F
 from torch.distributed.pipelining._backward import (
     stage_backward_input,
@@ -57,7 +62,9 @@ def plain_stack(x, params):
 
 
 class StageBackwardSplitReuseTests(TestCase):
-    def run_split_and_fused(self, stage, params, ref_params=None, n_microbatches=2):
+    def run_split_and_fused(
+        self, stage, params, ref_params=None, n_microbatches=2, batch=BATCH
+    ):
         """Several micro-batches through the split and through a fused backward;
         every gradient must match. Returns the FLOPs of the last micro-batch's
         input backward, weight backward and fused backward."""
@@ -65,9 +72,9 @@ class StageBackwardSplitReuseTests(TestCase):
             ref_params = clone_params(params)
         torch.manual_seed(1)
         for _ in range(n_microbatches):
-            x = torch.randn(BATCH, WIDTH, dtype=torch.float64, requires_grad=True)
+            x = torch.randn(batch, WIDTH, dtype=torch.float64, requires_grad=True)
             ref_x = x.detach().clone().requires_grad_()
-            grads = [torch.randn(BATCH, WIDTH, dtype=torch.float64)]
+            grads = [torch.randn(batch, WIDTH, dtype=torch.float64)]
             outputs = stage(x, params)
             ref_outputs = stage(ref_x, ref_params)
             counters = [FlopCounterMode(display=False) for _ in range(3)]
@@ -80,6 +87,7 @@ class StageBackwardSplitReuseTests(TestCase):
             del outputs  # as a stage does after the input backward
             with counters[2]:
                 stage_backward_weight(iter(params), param_groups)
+            self.moved = ["param_grads" in g for g in param_groups]
             fused, i_flops, w_flops = (c.get_total_flops() for c in counters)
             torch.testing.assert_close(dinputs[0], ref_x.grad)
             for param, ref in zip(params, ref_params, strict=True):
@@ -198,6 +206,106 @@ class StageBackwardSplitReuseTests(TestCase):
             torch.testing.assert_close(b, 2 * a)
         with self.assertRaisesRegex(RuntimeError, "already used"):
             stage_backward_weight(iter(params), param_groups)
+
+    @parametrize("uses", [2, 3])
+    def test_weight_gradient_larger_than_saved_gradients_stays_in_weight_backward(
+        self, uses
+    ):
+        """Moving holds the layer's weight and bias gradients (16 * 16 + 16 = 272
+        elements per micro-batch) from I to W instead of the gradients saved at
+        its uses (8 rows * 16 per use): with 2 uses (256 elements) that would
+        hold more, so the group keeps the old path and its extra FLOPs; with 3
+        (384) it moves."""
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            reused_layer(uses), linear_params(1)
+        )
+        if uses == 2:
+            self.assertEqual(self.moved, [False])
+            self.assertEqual(i_flops, fused // 2)
+            self.assertGreater(i_flops + w_flops, fused)
+        else:
+            self.assertEqual(self.moved, [True])
+            self.assertEqual(i_flops + w_flops, fused)
+
+    def test_microbatches_in_flight_input_input_weight_weight(self):
+        """The order zero-bubble schedules use: several input backwards before the
+        weight backwards. Each micro-batch keeps its own captured gradients; the
+        sum equals a fused backward's and each AccumulateGrad runs in W, once per
+        micro-batch."""
+        params = linear_params(1)
+        ref_params = clone_params(params)
+        fired = []
+        for i, p in enumerate(params):
+            p.register_post_accumulate_grad_hook(lambda p, i=i: fired.append(i))
+        stage = reused_layer(4)
+        torch.manual_seed(1)
+        pending = []
+        total_flops = 0
+        for _ in range(3):
+            x = torch.randn(BATCH, WIDTH, dtype=torch.float64, requires_grad=True)
+            ref_x = x.detach().clone().requires_grad_()
+            grads = [torch.randn(BATCH, WIDTH, dtype=torch.float64)]
+            torch.autograd.backward(stage(ref_x, ref_params), grads)
+            outputs = stage(x, params)
+            with FlopCounterMode(display=False) as flops:
+                dinputs, param_groups = stage_backward_input(
+                    outputs, grads, [x], iter(params)
+                )
+            total_flops += flops.get_total_flops()
+            del outputs
+            torch.testing.assert_close(dinputs[0], ref_x.grad)
+            self.assertTrue(all("param_grads" in g for g in param_groups))
+            pending.append(param_groups)
+        self.assertEqual(fired, [])
+        for n, param_groups in enumerate(pending):
+            with FlopCounterMode(display=False) as flops:
+                stage_backward_weight(iter(params), param_groups)
+            total_flops += flops.get_total_flops()
+            self.assertEqual(sorted(fired), sorted([0, 1] * (n + 1)))
+        for param, ref in zip(params, ref_params, strict=True):
+            torch.testing.assert_close(param.grad, ref.grad)
+        # I + W of three micro-batches: three fused backwards (2 matmuls per use)
+        self.assertEqual(total_flops, 3 * 4 * 2 * (2 * BATCH * WIDTH**2))
+
+    def test_choice_visits_each_node_a_fixed_number_of_times(self):
+        """Weights shared in mirror (weight i used by layers i and 2M - 1 - i, as
+        in a tied encoder-decoder): every group spans the middle of the graph.
+        The choice must not walk each group's span (quadratic in M); count the
+        membership tests on the input-dependent nodes (deterministic, unlike a
+        timing)."""
+
+        def lookups(m):
+            torch.manual_seed(0)
+            ps = [torch.nn.Parameter(torch.randn(4, 4) / 2) for _ in range(m)]
+            x = torch.randn(8, 4, requires_grad=True)
+            h = x
+            for p in ps + ps[::-1]:
+                h = torch.tanh(h @ p)
+            count = [0]
+
+            class CountingSet(set):
+                def __contains__(self, item):
+                    count[0] += 1
+                    return super().__contains__(item)
+
+            real = _backward.reverse_closure
+
+            def counting_closure(*args, **kwargs):
+                closure, targets = real(*args, **kwargs)
+                return CountingSet(closure), targets
+
+            with mock.patch.object(_backward, "reverse_closure", counting_closure):
+                _, groups = stage_backward_input(
+                    [h], [torch.ones_like(h)], [x], iter(ps)
+                )
+            self.assertTrue(all("param_grads" in g for g in groups))
+            del h
+            stage_backward_weight(iter(ps), groups)
+            return count[0]
+
+        small, large = lookups(16), lookups(64)
+        # linear: 4x the layers, about 4x the lookups (a walk per group: ~16x)
+        self.assertLess(large, 5 * small)
 
 
 instantiate_parametrized_tests(StageBackwardSplitReuseTests)
