@@ -1,6 +1,6 @@
 """The dX/dW split backward of pipelining vs a fused backward: stock torch vs the overlay.
 
-    python benchmarks/pipelining_split.py [--reps N] [--depths 4,16,64,256]
+    python benchmarks/pipelining_split.py [--reps N] [--depths 1,4,16,64,256]
 
 Runs itself twice as a worker (stock, then with the overlay's active patches). For a stage
 of N x (Linear(256, 256) + ReLU), "plain" (N separate layers), "shared" (one layer applied
@@ -8,15 +8,25 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - time: (stage_backward_input + stage_backward_weight) / fused backward, median of --reps
 - flops: FLOPs of I + W / FLOPs of the fused backward (torch.utils.flop_counter)
 - held MB: tensors autograd keeps between I and W (saved tensors still alive plus the
-  gradients saved for W), after the caller drops its outputs as a pipeline stage does
+  gradients saved for W, and the weight gradients I computed for W to accumulate), after
+  the caller drops its outputs as a pipeline stage does
 - peak MB in W: the most tensor bytes live at once inside stage_backward_weight (W), with
   every .grad None before W (as after zero_grad()), so W allocates the weight gradients
-- groups ms: construct_reverse_graph + get_param_groups, the split's bookkeeping
+- groups ms: construct_reverse_graph + get_param_groups (+ the overlay's choice of the
+  groups whose weight gradients I computes), the split's bookkeeping
 - grads: whether the split's weight gradients equal the fused backward's
 and overlay/stock; 'per layer' is how the overlay's bookkeeping per layer grows from N/4 to
 N (1.0 is linear; the target is at most 2). Rows whose peak in W is above stock's are then
 split by kind (saved weights, saved activations, saved gradients, allocated in W): overlay
 minus stock, each at its own peak.
+
+Two more tables. Micro-batches in flight (IN_FLIGHT): k input backwards, then their k weight
+backwards (the order zero-bubble schedules use), for Linear(H, H) applied N times to
+micro-batches of T rows (large weights and small micro-batches included) and for a weight
+penalty in the loss: bytes held after the k I's, the FLOP ratio (k I's + k W's) / k fused
+backwards, and whether the overlay computed the weight gradients in I. Weights shared in
+mirror (MIRROR: weight i used by layers i and 2M - 1 - i, 4x4 weights): CPU ms of
+stage_backward_input, which is where the overlay chooses the groups to compute in I.
 
 Memory is counted per storage (its whole nbytes, once however many tensors view it), on
 one micro-batch. Saved tensors are found with a pack hook that saves a detached alias, as
@@ -34,7 +44,9 @@ worked out by hand, and its peak over start equals what the CPU allocator itself
 (profiler, profile_memory) for the same W run without the tracker.
 
 The worker prints JSON: {"rows": {"<kind> <N>": {"correct", "time", "flops", "held_mb",
-"peak_w_mb", "peak_w_parts_mb", "groups_ms"} or {"error"}}, "tracker_check": {...}}.
+"peak_w_mb", "peak_w_parts_mb", "groups_ms"} or {"error"}}, "tracker_check": {...},
+"in_flight": {"<label> <H> <T> <N> <k> <penalty>": {"held_mb", "flops", "correct",
+"moved"}}, "mirror_ms": {"<M>": ms}}.
 """
 
 from __future__ import annotations
@@ -188,6 +200,10 @@ def weight_step_memory(forward, params, x, grad) -> dict:
         for group in groups:
             for saved in group["grads"]:
                 yield from ((g, "saved gradients") for g in saved or () if g is not None)
+            # weight gradients that I computed for W to accumulate (overlay, reused weights)
+            for g in group.get("param_grads") or ():
+                if g is not None:
+                    yield g, "weight gradients from I"
 
     mode = live_bytes_mode(held())
     gc.disable()  # frees by reference counting only: garbage in cycles stays live, as it does
@@ -291,11 +307,16 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         _get_grad_fn_or_grad_acc,
         construct_reverse_graph,
         get_param_groups,
+        reverse_closure,
         stage_backward_input,
         stage_backward_weight,
     )
     from torch.utils.flop_counter import FlopCounterMode
 
+    # the overlay's choice of the groups whose weight gradients I computes (not on stock)
+    choose_groups_for_i = getattr(
+        torch.distributed.pipelining._backward, "_groups_to_compute_in_input_backward", None
+    )
     forward, params = stage(depth, kind)
     grad = torch.randn(BATCH, WIDTH)
 
@@ -328,9 +349,13 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         out = forward(x)
         weights = [_get_grad_fn_or_grad_acc(p) for p in params]
         start = time.perf_counter()
-        get_param_groups(
-            [_get_grad_fn_or_grad_acc(x)], weights, construct_reverse_graph([out.grad_fn])
-        )
+        inputs, reverse = [_get_grad_fn_or_grad_acc(x)], construct_reverse_graph([out.grad_fn])
+        if choose_groups_for_i is None:
+            get_param_groups(inputs, weights, reverse)
+        else:  # the overlay computes the inputs' closure once for both
+            closure, _ = reverse_closure(inputs, set(), reverse)
+            groups = get_param_groups(inputs, weights, reverse, inputs_closure=closure)
+            choose_groups_for_i(groups, closure)
         return time.perf_counter() - start
 
     def median(run):
@@ -366,6 +391,130 @@ def measure(depth: int, kind: str, reps: int) -> dict:
     }
 
 
+# (label, width H, rows per micro-batch T, uses N, micro-batches in flight k, weight penalty)
+IN_FLIGHT = [
+    ("reused", 1024, 16, 2, 1, False),
+    ("reused", 1024, 16, 2, 4, False),
+    ("reused", 2048, 8, 4, 1, False),
+    ("reused", 2048, 8, 4, 4, False),
+    ("reused", 256, 32, 16, 1, False),
+    ("reused", 256, 32, 16, 4, False),
+    ("reused", 1024, 512, 4, 1, False),
+    ("reused", 1024, 512, 4, 4, False),
+    ("penalty", 1024, 16, 1, 4, True),
+]
+MIRROR = [50, 200, 400]
+
+
+def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
+    """k micro-batches through I, then their k W's (the zero-bubble order), one
+    Linear(width, width) applied ``uses`` times (or once, with an L2 penalty on its
+    weight in the loss), fp32. Returns the bytes held after the k I's (saved tensors
+    still alive, gradients saved for W, weight gradients I computed; per storage), the
+    FLOP ratio (k I's + k W's) / k fused backwards, whether the gradients equal the
+    fused ones, and whether the group's weight gradients were computed in I."""
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.pipelining._backward import (
+        stage_backward_input,
+        stage_backward_weight,
+    )
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(width, width) / width**0.5)
+    b = torch.nn.Parameter(torch.zeros(width))
+    params = [w, b]
+    alive = []
+
+    def pack(t):
+        t = t.detach()
+        alive.append(weakref.ref(t))
+        return t
+
+    def forward(x):
+        h = x
+        for _ in range(uses):
+            h = torch.relu(F.linear(h, w, b))
+        return [(h**2).mean() + 1e-3 * (w**2).sum()] if penalty else [h]
+
+    xs = [torch.randn(rows, width) for _ in range(k)]
+    grads = [None if penalty else [torch.randn(rows, width)] for _ in range(k)]
+    fused_flops = 0
+    for x, g in zip(xs, grads, strict=True):
+        out = forward(x.requires_grad_())
+        with FlopCounterMode(display=False) as counter:
+            torch.autograd.backward(out, g)
+        fused_flops += counter.get_total_flops()
+    fused_grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    split_flops, pending = 0, []
+    for x, g in zip(xs, grads, strict=True):
+        x = x.detach().requires_grad_()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward(x)
+        with FlopCounterMode(display=False) as counter:
+            _, groups = stage_backward_input(out, g, [x], iter(params))
+        split_flops += counter.get_total_flops()
+        del out  # a stage drops its outputs after I
+        pending.append(groups)
+    gc.collect()
+    seen, weights, nbytes = set(), {p.untyped_storage()._cdata for p in params}, 0
+    tensors = [t for ref in alive if (t := ref()) is not None]
+    for groups in pending:
+        for group in groups:
+            for saved in group.get("grads") or ():
+                tensors += [t for t in saved or () if t is not None]
+            extra = (group.get("root_grads") or []) + (group.get("param_grads") or [])
+            tensors += [t for t in extra if t is not None]
+    for t in tensors:
+        key = t.untyped_storage()._cdata
+        if key not in seen and key not in weights:
+            seen.add(key)
+            nbytes += t.untyped_storage().nbytes()
+    moved = any("param_grads" in g for g in pending[0])
+    del tensors
+    for groups in pending:
+        with FlopCounterMode(display=False) as counter:
+            stage_backward_weight(iter(params), groups)
+        split_flops += counter.get_total_flops()
+    correct = all(
+        torch.allclose(p.grad, g, rtol=1e-4, atol=1e-5)
+        for p, g in zip(params, fused_grads, strict=True)
+    )
+    return {"held_mb": nbytes / 2**20, "flops": split_flops / fused_flops,
+            "correct": correct, "moved": moved}  # fmt: skip
+
+
+def mirror_input_backward_ms(m: int, reps: int) -> float:
+    """CPU ms of stage_backward_input (graph walk, grouping, the overlay's choice and the
+    backward itself) on weights shared in mirror: weight i used by layer i and by layer
+    2m - 1 - i (a tied encoder-decoder), 4x4 weights so that the time is the bookkeeping;
+    best of ``reps``."""
+    import torch
+    from torch.distributed.pipelining._backward import (
+        stage_backward_input,
+        stage_backward_weight,
+    )
+
+    torch.manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(4, 4) / 2) for _ in range(m)]
+    best = float("inf")
+    for _ in range(reps):
+        x = torch.randn(8, 4, requires_grad=True)
+        h = x
+        for p in ps + ps[::-1]:
+            h = torch.tanh(h @ p)
+        start = time.process_time()
+        _, groups = stage_backward_input([h], [torch.ones_like(h)], [x], iter(ps))
+        best = min(best, time.process_time() - start)
+        del h
+        with contextlib.suppress(RuntimeError):  # stock's W fails here; I is timed
+            stage_backward_weight(iter(ps), groups)
+    return 1e3 * best
+
+
 def worker(reps: int, depths: list[int]) -> None:
     import torch
 
@@ -377,7 +526,10 @@ def worker(reps: int, depths: list[int]) -> None:
                 rows[f"{kind} {depth}"] = measure(depth, kind, reps)
             except RuntimeError as error:
                 rows[f"{kind} {depth}"] = {"error": str(error).strip().splitlines()[0][:50]}
-    print(json.dumps({"rows": rows, "tracker_check": check_tracker()}))
+    flight = {" ".join(map(str, row)): in_flight(*row[1:]) for row in IN_FLIGHT}
+    mirror = {str(m): mirror_input_backward_ms(m, reps) for m in MIRROR}
+    print(json.dumps({"rows": rows, "tracker_check": check_tracker(), "in_flight": flight,
+                      "mirror_ms": mirror}))  # fmt: skip
 
 
 def tracker_check_verdict(check: dict) -> str:
@@ -411,7 +563,7 @@ def main() -> None:
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--depths", default="4,16,64,256")
+    parser.add_argument("--depths", default="1,4,16,64,256")
     args = parser.parse_args()
     if args.worker:
         worker(args.reps, [int(d) for d in args.depths.split(",")])
@@ -467,6 +619,22 @@ def main() -> None:
         s, o = stock[name]["peak_w_parts_mb"], overlay[name]["peak_w_parts_mb"]
         parts = {k: o.get(k, 0.0) - s.get(k, 0.0) for k in {*s, *o}}
         print(f"  {name:12} " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(parts.items()) if v))
+    print("micro-batches in flight: k I's, then k W's (zero-bubble order), Linear(H, H) "
+          "applied N times to micro-batches of T rows, fp32; held MB after the k I's, "
+          "FLOP ratio (I+W)/fused; moved: the overlay computed the weight gradients in I")  # fmt: skip
+    print(f"{'case':26} {'held MB':>18} {'FLOP ratio':>15} {'moved':>6} {'grads':>10}")
+    for name in stock_json["in_flight"]:
+        s, o = stock_json["in_flight"][name], overlay_json["in_flight"][name]
+        label, h, t, n, k, _ = name.split()
+        case = f"{label} H={h} T={t} N={n} k={k}"
+        print(f"{case:26} {s['held_mb']:7.2f} | {o['held_mb']:7.2f} {s['flops']:6.2f} | "
+              f"{o['flops']:5.2f} {'yes' if o['moved'] else 'no':>6} "
+              f"{verdict(s):>4} | {verdict(o)}")  # fmt: skip
+    print("weights shared in mirror (weight i in layers i and 2M-1-i), 4x4: "
+          "stage_backward_input CPU ms, best of --reps, stock | overlay")  # fmt: skip
+    for m in stock_json["mirror_ms"]:
+        s, o = stock_json["mirror_ms"][m], overlay_json["mirror_ms"][m]
+        print(f"  M={m:>4} ({2 * int(m)} layers): {s:7.1f} | {o:7.1f} | {o / s:5.2f}x")
     print(f"peak tracker check on {TRACKER_CHECK_DEPTH} x bias-free Linear({WIDTH}, {WIDTH}), "
           f"batch {BATCH}, against bytes worked out by hand (see check_tracker):")  # fmt: skip
     for label, check in (("stock", stock_json["tracker_check"]),
