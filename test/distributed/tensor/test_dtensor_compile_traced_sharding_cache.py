@@ -1,0 +1,89 @@
+# Owner(s): ["oncall: distributed"]
+"""Sharding propagation while tracing is reused for repeated ops of a trace.
+
+Traced ops skip the value-keyed sharding caches (an OutputSharding holds the mesh objects
+of the call that computed it), so every traced op used to propagate from scratch: one
+propagation per op in a trace, per layer of a model. Results are now reused for an equal
+schema whose DTensor arguments hold the same mesh objects. Each test starts from empty
+sharding caches; the fake process group is enough (propagation runs at compile time).
+"""
+
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+class DTensorCompileTracedShardingCacheTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        self.mesh = init_device_mesh("cpu", (2, 2))
+        torch._dynamo.reset()
+        _clear_sharding_prop_cache()
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+        super().tearDown()
+
+    def dtensor(self):
+        local = torch.arange(8, dtype=torch.float64).view(2, 4)
+        return DTensor.from_local(local, self.mesh, [Shard(0), Replicate()], run_check=False)
+
+    def count_mul_propagations(self, fn, *args):
+        real = ShardingPropagator.propagate_op_sharding_non_cached
+        calls = []
+
+        def counting(propagator, op_schema):
+            if op_schema.op is torch.ops.aten.mul.Tensor:
+                calls.append(op_schema)
+            return real(propagator, op_schema)
+
+        with mock.patch.object(
+            ShardingPropagator, "propagate_op_sharding_non_cached", counting
+        ):
+            out = fn(*args)
+        return out, len(calls)
+
+    def test_repeated_op_propagates_once_per_trace(self):
+        def f(x, y):
+            for _ in range(8):
+                x = x * y
+            return x
+
+        x, y = self.dtensor(), self.dtensor()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+        out, calls = self.count_mul_propagations(compiled, x, y)
+        expected = f(x, y)
+        self.assertEqual(out.placements, expected.placements)
+        self.assertEqual(out.to_local(), expected.to_local())
+        # 8 equal mul schemas per trace; each trace (Dynamo's, AOTAutograd's
+        # analysis and its graph capture) propagates them at most once, and
+        # traces that share mesh objects share results. Measured: 2 calls;
+        # without reuse, 32 (8 per trace, 4 traces).
+        self.assertLessEqual(calls, 4)
+        self.assertGreater(calls, 0)
+
+    def test_reuse_keeps_the_trace_meshes(self):
+        # An eager call first: its result must not leak the eager mesh object into
+        # the trace (or the trace's into eager).
+        def f(x, y):
+            return (x * y) * y
+
+        x, y = self.dtensor(), self.dtensor()
+        f(x, y)
+        out = torch.compile(f, backend="aot_eager", fullgraph=True)(x, y)
+        self.assertIs(out.device_mesh, self.mesh)
+        self.assertIs(f(x, y).device_mesh, self.mesh)
+        self.assertEqual(out.to_local(), f(x, y).to_local())
+
+
+if __name__ == "__main__":
+    run_tests()
