@@ -290,10 +290,24 @@ def worker(rep_ms: float) -> None:
 
 
 class Worker:
-    def __init__(self, label: str, env: dict[str, str], rep_ms: float, log_dir: Path):
+    """A long-lived worker process answering one JSON line per request. ``script`` (this
+    file by default) is started as ``script --worker ARGS``; its worker side first replies
+    with its rows (``{"rows": [...]}``). Other benchmarks drive their workers with it."""
+
+    def __init__(
+        self,
+        label: str,
+        env: dict[str, str],
+        rep_ms: float,
+        log_dir: Path,
+        script: str = __file__,
+        worker_args: list[str] | None = None,
+    ):
         self.label = label
         self.log = log_dir / f"{label}.stderr"
-        command = [sys.executable, __file__, "--worker", "--rep-ms", str(rep_ms)]
+        if worker_args is None:
+            worker_args = ["--rep-ms", str(rep_ms)]
+        command = [sys.executable, script, "--worker", *worker_args]
         self.proc = subprocess.Popen(
             command,
             cwd=REPO,

@@ -117,12 +117,57 @@ def check_shadowed_torch(root):
             )
 
 
+INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
+INDUCTOR_CACHE_LEAF = "torch-overlay-"
+
+
+def separate_inductor_cache(finder):
+    """Give the overlay at ``finder`` (None: stock torch) its own inductor cache directory.
+
+    Inductor's on-disk caches (FX graph cache, AOTAutograd cache) key an artifact by a hash
+    of the installed torch's source files (``torch_key``), which the overlay leaves as they
+    are: an overlay process would load what stock torch compiled (an AOTAutograd graph with
+    stock's runtime metadata, for instance) and stock would load the overlay's. So overlay
+    processes use a subdirectory named by a hash of the overlaid files, and stock processes
+    started from one get the parent back."""
+    import hashlib
+    import re
+
+    current = os.environ.get(INDUCTOR_CACHE_VAR, "")
+    if os.path.basename(current).startswith(INDUCTOR_CACHE_LEAF):
+        current = os.path.dirname(current)  # inherited from an overlay process
+    if finder is None:
+        if current:
+            os.environ[INDUCTOR_CACHE_VAR] = current
+        return
+    digest = hashlib.sha256()
+    for name, path in sorted(finder.modules.items()):
+        with open(path, "rb") as file:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(file.read()).digest())
+    if not current:  # inductor's default_cache_dir()
+        import getpass
+        import tempfile
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, ModuleNotFoundError, OSError):
+            user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+        user = re.sub(r'[\\/:*?"<>|]', "_", user)
+        current = os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+    leaf = INDUCTOR_CACHE_LEAF + digest.hexdigest()[:16]
+    os.environ[INDUCTOR_CACHE_VAR] = os.path.join(current, leaf)
+
+
 def install(root):
-    """Put a finder for ``root`` first on ``sys.meta_path``, replacing an earlier one."""
+    """Put a finder for ``root`` first on ``sys.meta_path``, replacing an earlier one, and
+    give it its own inductor cache directory (see separate_inductor_cache)."""
     # Compared by name: the .pth and sitecustomize.py may each have loaded this file.
     sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "OverlayFinder"]
+    finder = None
     if root and os.path.isdir(root):
-        sys.meta_path.insert(0, OverlayFinder(root))
+        finder = OverlayFinder(root)
+        sys.meta_path.insert(0, finder)
+    separate_inductor_cache(finder)
 
 
 def active_finder():

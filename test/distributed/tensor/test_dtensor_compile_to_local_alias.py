@@ -38,6 +38,11 @@ def to_local_and_mul(w):
     return w.to_local(), (w * 2).to_local()
 
 
+def to_local_and_t(w):
+    # the second output is a view of the first one's base (pytorch/torchtitan#3122)
+    return w.to_local(), w.to_local().t()
+
+
 def to_local_under_no_grad(w):
     with torch.no_grad():
         local = w.to_local()  # the local tensor itself, as documented
@@ -97,7 +102,9 @@ class DTensorCompileToLocalAliasTest(TestCase):
 
     @parametrize("backend", ["aot_eager", "inductor"])
     @parametrize(
-        "fn", [to_local, to_local_t, to_local_and_mul], name_fn=lambda fn: fn.__name__
+        "fn",
+        [to_local, to_local_t, to_local_and_mul, to_local_and_t],
+        name_fn=lambda fn: fn.__name__,
     )
     @parametrize(
         "placement", [Replicate(), Shard(0)], name_fn=lambda p: type(p).__name__.lower()
@@ -155,6 +162,24 @@ class DTensorCompileToLocalAliasTest(TestCase):
         self.assertEqual(
             aliasing(out, param._local_tensor), aliasing(expected, ref._local_tensor)
         )
+
+    @parametrize("backend", ["aot_eager", "inductor"])
+    def test_parameter_to_local_under_no_grad_known_behaviour(self, backend):
+        # Known gap, not this fix's: under no_grad, eager's to_local() of a Parameter
+        # returns a new view of the local tensor marked as a Parameter (gh-166156),
+        # while the traced function returns the local tensor itself (the dense graph
+        # returns its input: the view is not in the trace), with or without this fix.
+        def fn(w):
+            with torch.no_grad():
+                return w.to_local()
+
+        param, ref = self.parameter(Shard(0)), self.parameter(Shard(0))
+        out, expected = torch.compile(fn, backend=backend)(param), fn(ref)
+        self.assertEqual(out, expected, atol=0, rtol=0)
+        self.assertIs(expected._base, ref._local_tensor)
+        self.assertIs(out, param._local_tensor)
+        self.assertFalse(param._local_tensor.requires_grad)
+        self.assertIsNone(param._local_tensor.grad_fn)
 
     @parametrize("backend", ["aot_eager", "inductor"])
     @parametrize(
