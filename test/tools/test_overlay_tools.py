@@ -368,6 +368,24 @@ class OverlayActivationTest(TestCase):
         )  # fmt: skip
         self.assertIn("process None child None", stock.stdout)
 
+    def test_run_gives_the_overlay_its_own_inductor_cache(self):
+        # Inductor keys its on-disk caches by the installed torch files, which the overlay
+        # leaves as they are: a shared directory would serve stock's graphs to the overlay.
+        code = ("import os, subprocess, sys; print(os.environ['TORCHINDUCTOR_CACHE_DIR']); "
+                "env = {**os.environ, 'TORCH_OVERLAY_ACTIVE': ''}; "
+                "subprocess.run([sys.executable, '-c', 'import os; "
+                "print(os.environ[\\'TORCHINDUCTOR_CACHE_DIR\\'])'], env=env)")  # fmt: skip
+        env = {**environment(None), "TORCHINDUCTOR_CACHE_DIR": str(self.tmp / "inductor")}
+        proc = subprocess.run(
+            [sys.executable, "-m", "tools.cli", "--repo", str(self.tmp), "run", "--",
+             sys.executable, "-c", code],
+            cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        overlay_dir, stock_dir = proc.stdout.split()
+        self.assertEqual(Path(overlay_dir).parent, self.tmp / "inductor")
+        self.assertRegex(Path(overlay_dir).name, r"^torch-overlay-[0-9a-f]{16}$")
+        self.assertEqual(stock_dir, str(self.tmp / "inductor"))
+
     def run_with_torch_from(self, torch_dir: Path, code: str) -> subprocess.CompletedProcess:
         """``torch-overlay run`` a Python whose ``import torch`` finds ``torch_dir/torch`` first,
         as an interpreter of another environment would."""
