@@ -364,7 +364,7 @@ def main() -> None:
             removed[f"overlay - {text}"] = without_patch(other, text)
             envs[f"overlay - {text}"] = environment(other)
         workers = {
-            label: Worker(label, env, 0, Path(scratch), script=__file__, worker_args=worker_args)
+            label: Worker(label, env, __file__, worker_args, Path(scratch))
             for label, env in envs.items()
         }
         names = [

@@ -23,6 +23,7 @@ Writes everything, with the worst ratio, to reports/dtensor_dispatch.json (--out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -247,12 +248,44 @@ def time_rep(run, calls: int) -> dict:
     return {"us": 1e6 * cpu / calls, "wall_us": 1e6 * wall / calls, "cache_growth": growth}
 
 
-def worker(rep_ms: float) -> None:
-    """Answer one JSON request per stdin line with one JSON line on the original stdout."""
+def reply_channel():
+    """The worker's replies go to the original stdout; anything torch prints goes to
+    stderr, not into the replies. Call it before importing torch."""
     import os
 
     reply_stream = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything torch prints goes to stderr, not into the replies
+    os.dup2(2, 1)
+
+    def reply(message: dict) -> None:
+        reply_stream.write(json.dumps(message) + "\n")
+        reply_stream.flush()
+
+    return reply
+
+
+def serve(reply, setups: dict, handlers: dict) -> None:
+    """Answer one JSON request per stdin line with one JSON line. `handlers` maps a
+    request's "cmd" to a function of (runs, request) giving the reply, except "prepare",
+    which is given the row's setup and the request and returns (run, reply); the run is
+    kept under the row's name."""
+    runs: dict[str, object] = {}
+    reply({"rows": list(setups)})
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["cmd"] == "prepare":
+                run, message = handlers["prepare"](setups[request["row"]], request)
+                runs[request["row"]] = run
+                reply(message)
+            else:
+                reply(handlers[request["cmd"]](runs, request))
+        except Exception as error:  # a row the variant refuses: report it, keep going
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
+
+
+def worker(rep_ms: float) -> None:
+    reply = reply_channel()
 
     import torch
     import torch.distributed as dist
@@ -262,27 +295,20 @@ def worker(rep_ms: float) -> None:
     torch.set_num_threads(1)  # two workers share this machine's cores
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-    setups = dict(cases(mesh))
-    runs: dict[str, object] = {}
 
-    def reply(message: dict) -> None:
-        reply_stream.write(json.dumps(message) + "\n")
-        reply_stream.flush()
+    def prepare_row(setup, request):
+        run = setup()
+        return run, prepare(run, rep_ms)
 
-    reply({"rows": list(setups)})
-    for line in sys.stdin:
-        request = json.loads(line)
-        try:
-            if request["cmd"] == "prepare":
-                runs[request["row"]] = setups[request["row"]]()
-                reply(prepare(runs[request["row"]], rep_ms))
-            elif request["cmd"] == "rep":
-                reply(time_rep(runs[request["row"]], request["calls"]))
-            elif request["cmd"] == "caches":
-                reply(cache_sizes())
-        except Exception as error:  # a row the variant refuses: report it, keep going
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
+    serve(
+        reply,
+        dict(cases(mesh)),
+        {
+            "prepare": prepare_row,
+            "rep": lambda runs, request: time_rep(runs[request["row"]], request["calls"]),
+            "caches": lambda runs, request: cache_sizes(),
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -290,26 +316,15 @@ def worker(rep_ms: float) -> None:
 
 
 class Worker:
-    """A long-lived worker process answering one JSON line per request. ``script`` (this
-    file by default) is started as ``script --worker ARGS``; its worker side first replies
-    with its rows (``{"rows": [...]}``). Other benchmarks drive their workers with it."""
+    """One variant's worker process, `script --worker ARGS...`: one JSON request and one
+    JSON reply per line."""
 
-    def __init__(
-        self,
-        label: str,
-        env: dict[str, str],
-        rep_ms: float,
-        log_dir: Path,
-        script: str = __file__,
-        worker_args: list[str] | None = None,
-    ):
+    def __init__(self, label: str, env: dict[str, str], script: str, args: list[str],
+                 log_dir: Path):  # fmt: skip
         self.label = label
         self.log = log_dir / f"{label}.stderr"
-        if worker_args is None:
-            worker_args = ["--rep-ms", str(rep_ms)]
-        command = [sys.executable, script, "--worker", *worker_args]
         self.proc = subprocess.Popen(
-            command,
+            [sys.executable, script, "--worker", *args],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,
@@ -334,6 +349,52 @@ class Worker:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait()
+
+
+@contextlib.contextmanager
+def stock_and_overlay(script: str, args: list[str]):
+    """Start a worker of `script` on stock torch and one with the overlay's active patches
+    (materialized in a scratch tree); yields (plan, overlay_files, workers)."""
+    sys.path.insert(0, str(REPO))
+    from tools.active import environment, materialize, tree_digest
+
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        tree = Path(scratch) / "tree"
+        plan = materialize(REPO, tree)
+        overlay_files = tree_digest(tree)  # so verify can tell a report made for other code
+        workers = {
+            "stock": Worker("stock", environment(None), script, args, Path(scratch)),
+            "overlay": Worker("overlay", environment(tree), script, args, Path(scratch)),
+        }
+        try:
+            yield plan, overlay_files, workers
+        finally:
+            for w in workers.values():
+                w.close()
+
+
+def selected_rows(workers: dict, only: list[str] | None) -> list[str]:
+    names = [n for n in workers["stock"].rows if not only or any(t in n for t in only)]
+    if not names:
+        raise SystemExit(f"no row matches {only}")
+    return names
+
+
+def interleaved(workers: dict, name: str, reps: int, rep_request) -> tuple[dict, dict]:
+    """Prepare row `name` in both workers, then run `reps` repetitions interleaved (stock
+    rep i, overlay rep i, ...; each variant first every other repetition) so that machine
+    noise hits both alike. rep_request(prepare's reply) gives a repetition's request; a
+    repetition that errors ends the row. Returns (prepared, reps), each per variant."""
+    prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
+    reps_by_label: dict[str, list] = {label: [] for label in workers}
+    if not any("error" in p for p in prepared.values()):
+        for i in range(reps):
+            for label, w in list(workers.items())[:: 1 if i % 2 == 0 else -1]:
+                request = rep_request(prepared[label])
+                reps_by_label[label].append(w.ask(cmd="rep", row=name, **request))
+            if any("error" in r[-1] for r in reps_by_label.values()):
+                break
+    return prepared, reps_by_label
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
@@ -440,35 +501,16 @@ def main() -> None:
         worker(args.rep_ms)
         return
 
-    sys.path.insert(0, str(REPO))
-    from tools.active import environment, materialize, tree_digest
-
-    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
-        tree = Path(scratch) / "tree"
-        plan = materialize(REPO, tree)
-        overlay_files = tree_digest(tree)  # so verify can tell a report made for other code
-        workers = {
-            "stock": Worker("stock", environment(None), args.rep_ms, Path(scratch)),
-            "overlay": Worker("overlay", environment(tree), args.rep_ms, Path(scratch)),
-        }
-        names = [
-            n for n in workers["stock"].rows if not args.only or any(t in n for t in args.only)
-        ]
-        if not names:
-            raise SystemExit(f"no row matches {args.only}")
+    with stock_and_overlay(__file__, ["--rep-ms", str(args.rep_ms)]) as (
+        plan, overlay_files, workers,
+    ):  # fmt: skip
         rows = []
-        for name in names:
-            prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
-            reps: dict[str, list] = {"stock": [], "overlay": []}
-            if not any("error" in p for p in prepared.values()):
-                for i in range(args.reps):  # interleaved, each variant first every other rep
-                    for label, w in list(workers.items())[:: 1 if i % 2 == 0 else -1]:
-                        calls = prepared[label]["calls_per_rep"]
-                        reps[label].append(w.ask(cmd="rep", row=name, calls=calls))
+        for name in selected_rows(workers, args.only):
+            prepared, reps = interleaved(
+                workers, name, args.reps, lambda p: {"calls": p["calls_per_rep"]}
+            )
             rows.append(summarize(name, prepared, reps))
         caches = {label: w.ask(cmd="caches") for label, w in workers.items()}
-        for w in workers.values():
-            w.close()
 
     print(f"overlay: {plan.summary()}; rank 0 of {WORLD_SIZE} on the fake process group, "
           f"median of {args.reps} interleaved repetitions of ~{args.rep_ms:g} ms, CPU us per call")  # fmt: skip

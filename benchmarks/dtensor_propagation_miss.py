@@ -12,8 +12,9 @@ for every op a DTensor patch of the dtensor-partial topic touches, on a 1-D (2),
 and 3-D (2x2x2) mesh.
 
 Two long-lived workers, one on stock torch and one with the overlay's active patches, are
-driven with interleaved repetitions (stock rep i, overlay rep i, ...). Each worker is rank 0
-of 8 on the fake process group; the 1-D and 2-D meshes are submeshes of the (2, 2, 2) mesh.
+driven with interleaved repetitions (stock rep i, overlay rep i, ...) by the driver of
+`dtensor_dispatch.py`, imported from there. Each worker is rank 0 of 8 on the fake process
+group; the 1-D and 2-D meshes are submeshes of the (2, 2, 2) mesh.
 Inputs carry Partial(sum) on the last mesh dim: [P], [S(0), P], [S(0), R, P] (plus a few
 product / bitwise rows). The time is the worker's CPU time per call (time.process_time).
 
@@ -27,11 +28,16 @@ import argparse
 import gc
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from dtensor_dispatch import (
+    interleaved,
+    reply_channel,
+    selected_rows,
+    serve,
+    stock_and_overlay,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD_SIZE = 8
@@ -95,6 +101,25 @@ def cases(meshes):
         )
         return x.index_select(0, index)
 
+    def two(fn, other_shape):
+        def make(mesh):
+            def setup():
+                x, y = dtensor(mesh), dtensor(mesh, shape=other_shape)
+                return lambda: fn(x, y)
+
+            return setup
+
+        return make
+
+    def index_fill(x):
+        index = DTensor.from_local(
+            torch.tensor([1, 0]), x.device_mesh, [Replicate()] * x.ndim, run_check=False
+        )
+        value = DTensor.from_local(
+            torch.tensor(2.0), x.device_mesh, [Replicate()] * x.ndim, run_check=False
+        )
+        return aten.index_fill.int_Tensor(x, 1, index, value)
+
     aten, prims = torch.ops.aten, torch.ops.prims
     f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
     product, bxor = Partial("product"), Partial("bxor")
@@ -131,9 +156,21 @@ def cases(meshes):
         ("cat", op(lambda x, y: torch.cat([x, y], dim=1), n_inputs=2)),
         ("cat P(product)", op(lambda x, y: torch.cat([x, y], dim=1), last=product, n_inputs=2)),
         ("index_select", op(index_select)),
+        ("index_fill", op(index_fill)),
+        ("slice_scatter", two(lambda x, y: torch.slice_scatter(x, y, 1, 0, 4), (8, 4))),
+        (
+            "select_backward",
+            op(lambda g: aten.select_backward(g, [8, 8], 1, 1), shape=(8,)),
+        ),  # fmt: skip
+        (
+            "slice_backward",
+            op(lambda g: aten.slice_backward(g, [8, 8], 1, 0, 4, 1), shape=(8, 4)),
+        ),  # fmt: skip
         # factories
         ("new_zeros", op(lambda x: x.new_zeros((8, 8)))),
         ("new_empty", op(lambda x: x.new_empty((8, 8)))),
+        ("new_empty_strided", op(lambda x: x.new_empty_strided((8, 8), (8, 1)))),
+        ("new_full", op(lambda x: x.new_full((8, 8), 2.0))),
         ("empty_like", op(lambda x: torch.empty_like(x))),
         ("zeros_like", op(lambda x: torch.zeros_like(x))),
         # pointwise / copy / redistribution
@@ -142,6 +179,7 @@ def cases(meshes):
             op(lambda *xs: torch._foreach_zero_(list(xs)), last=Replicate(), n_inputs=4),
         ),  # fmt: skip
         ("copy_ P <- P", op(lambda x, y: x.copy_(y), n_inputs=2)),
+        ("copy_ R <- R", op(lambda x, y: x.copy_(y), last=Replicate(), n_inputs=2)),
         ("P + R", replicate_plus(lambda x, r: x + r)),
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
         # norms and pooling
@@ -151,6 +189,7 @@ def cases(meshes):
             op(lambda x: torch.linalg.vector_norm(x, float("inf")), last=Partial("max")),
         ),  # fmt: skip
         ("linalg._powsum(2)", op(lambda x: aten.linalg__powsum(x, 2))),
+        ("nansum", op(lambda x: torch.nansum(x))),
         (
             "_foreach_powsum(2) (2)",
             op(lambda x, y: aten._foreach_powsum([x, y], 2), n_inputs=2),
@@ -187,10 +226,7 @@ def time_miss(run, calls: int) -> dict:
 
 
 def worker(ndims: list[int]) -> None:
-    import os
-
-    reply_stream = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
+    reply = reply_channel()
 
     import torch
     import torch.distributed as dist
@@ -201,59 +237,24 @@ def worker(ndims: list[int]) -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     mesh3 = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
     by_ndim = {1: mesh3["c"], 2: mesh3["b", "c"], 3: mesh3}
-    setups = dict(cases([by_ndim[n] for n in ndims]))
-    runs: dict[str, object] = {}
 
-    def reply(message: dict) -> None:
-        reply_stream.write(json.dumps(message) + "\n")
-        reply_stream.flush()
+    def prepare_row(setup, request):
+        run = setup()
+        run()  # imports, lazy registrations
+        return run, {"ok": True}
 
-    reply({"rows": list(setups)})
-    for line in sys.stdin:
-        request = json.loads(line)
-        try:
-            if request["cmd"] == "prepare":
-                run = setups[request["row"]]()
-                run()  # imports, lazy registrations
-                runs[request["row"]] = run
-                reply({"ok": True})
-            elif request["cmd"] == "rep":
-                reply(time_miss(runs[request["row"]], request["calls"]))
-        except Exception as error:
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
+    serve(
+        reply,
+        dict(cases([by_ndim[n] for n in ndims])),
+        {
+            "prepare": prepare_row,
+            "rep": lambda runs, request: time_miss(runs[request["row"]], request["calls"]),
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------
-# Driver side.
-
-
-class Worker:
-    def __init__(self, label: str, env: dict[str, str], ndims: str, log_dir: Path):
-        self.label = label
-        self.log = log_dir / f"{label}.stderr"
-        command = [sys.executable, __file__, "--worker", "--meshes", ndims]
-        self.proc = subprocess.Popen(
-            command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log.open("w"), text=True,
-        )  # fmt: skip
-        self.rows = self.receive()["rows"]
-
-    def receive(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            sys.stderr.write(self.log.read_text())
-            raise SystemExit(f"the {self.label} worker exited (stderr above)")
-        return json.loads(line)
-
-    def ask(self, **request) -> dict:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self.receive()
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+# Driver side: dtensor_dispatch.py's.
 
 
 def summarize(name: str, prepared: dict, reps: dict) -> dict:
@@ -297,32 +298,12 @@ def main() -> None:
     if args.quick:
         args.reps, args.calls = 3, 1
 
-    sys.path.insert(0, str(REPO))
-    from tools.active import environment, materialize, tree_digest
-
-    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
-        tree = Path(scratch) / "tree"
-        plan = materialize(REPO, tree)
-        overlay_files = tree_digest(tree)
-        workers = {
-            "stock": Worker("stock", environment(None), args.meshes, Path(scratch)),
-            "overlay": Worker("overlay", environment(tree), args.meshes, Path(scratch)),
-        }
-        names = [
-            n for n in workers["stock"].rows if not args.only or any(t in n for t in args.only)
-        ]
-        if not names:
-            raise SystemExit(f"no row matches {args.only}")
+    with stock_and_overlay(__file__, ["--meshes", args.meshes]) as (
+        plan, overlay_files, workers,
+    ):  # fmt: skip
         rows = []
-        for name in names:
-            prepared = {label: w.ask(cmd="prepare", row=name) for label, w in workers.items()}
-            reps: dict[str, list] = {"stock": [], "overlay": []}
-            if not any("error" in p for p in prepared.values()):
-                for i in range(args.reps):
-                    for label, w in list(workers.items())[:: 1 if i % 2 == 0 else -1]:
-                        reps[label].append(w.ask(cmd="rep", row=name, calls=args.calls))
-                    if any("error" in r[-1] for r in reps.values()):
-                        break
+        for name in selected_rows(workers, args.only):
+            prepared, reps = interleaved(workers, name, args.reps, lambda p: {"calls": args.calls})
             row = summarize(name, prepared, reps)
             rows.append(row)
             s, o = row["stock"], row["overlay"]
@@ -331,8 +312,6 @@ def main() -> None:
             else:
                 print(f"{name:44} {s['median_ms']:9.2f} {o['median_ms']:9.2f} "
                       f"{row['ratio']:6.2f}x  {', '.join(row['flags'])}", flush=True)  # fmt: skip
-        for w in workers.values():
-            w.close()
 
     timed = [r for r in rows if r["ratio"] is not None]
     worst = max(timed, key=lambda r: r["ratio"], default=None)

@@ -10,15 +10,31 @@ all-reduces in each case).
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._op_schema import (
+    OpSchema,
+    OpSpec,
+    OpStrategy,
+    RuntimeSchemaInfo,
+    TupleStrategy,
+)
+from torch.distributed.tensor._ops.single_dim_strategy import (
+    _expand_single_dim_strategy_to_mesh,
+)
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorContinuousTestBase,
     create_local_tensor_test_class,
     LocalDTensorContinuousTestBase,
     map_local_for_rank,
 )
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+aten = torch.ops.aten
 
 
 def rank_values(rank):
@@ -310,6 +326,93 @@ class DistPartialProductTest(DTensorContinuousTestBase):
 DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(
     DistPartialProductTest, base_class=LocalDTensorContinuousTestBase
 )
+
+
+class PartialProductStrategyExpansionTest(TestCase):
+    """The product and bitwise rules are expanded only for inputs that carry such a
+    Partial: other inputs get the strategies of the sum/avg/min/max rules alone (the
+    counts below), which the expansion over a 3-D mesh multiplies."""
+
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+        self.mesh = init_device_mesh("cpu", (2, 2, 2))
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def _count(self, op, placements, args, output_shape, list_input=False):
+        t = torch.empty(8, 8)
+        meta = TensorMeta(t.shape, t.stride(), t.dtype)
+        spec = DTensorSpec(self.mesh, tuple(placements), meta)
+        first = OpStrategy([OpSpec(spec)])
+        if list_input:
+            first = TupleStrategy((first, OpStrategy([OpSpec(spec)])))
+        op_schema = OpSchema(
+            op,
+            (first, *args),
+            {},
+            schema_info=RuntimeSchemaInfo(1, needs_pytree=list_input),
+        )
+        output = torch.empty(output_shape)
+        output_meta = TensorMeta(output.shape, output.stride(), output.dtype)
+        if op == aten.t.default:
+            output_meta = TensorMeta(output.shape, (1, 8), output.dtype)
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        expanded = _expand_single_dim_strategy_to_mesh(
+            self.mesh,
+            op_schema,
+            propagator.op_single_dim_strategy_funcs[op],
+            output_meta,
+        )
+        return len(expanded(op, op_schema.args_meta, {}).strategies)
+
+    def _counts(self, placements):
+        return [
+            self._count(aten.clone.default, placements, (), (8, 8)),
+            self._count(aten.t.default, placements, (), (8, 8)),
+            self._count(aten.select.int, placements, (1, 1), (8,)),
+            self._count(aten.cat.default, placements, (1,), (8, 16), list_input=True),
+        ]
+
+    def test_ordinary_inputs_get_the_sum_avg_min_max_strategies(self):
+        # clone, t, select, cat of (8, 8) inputs on a (2, 2, 2) mesh
+        for placements in [
+            [Shard(0), Replicate(), Partial()],
+            [Shard(0), Shard(1), Replicate()],
+        ]:
+            self.assertEqual(self._counts(placements), [199, 199, 102, 102])
+        self.assertEqual(
+            self._counts([Replicate(), Replicate(), Partial("max")]), [41, 41, 41, 41]
+        )
+
+    def test_a_product_input_gets_the_product_rule(self):
+        self.assertEqual(
+            self._counts([Shard(0), Replicate(), Partial("product")]),
+            [236, 236, 121, 121],
+        )
+        ops = {
+            "clone": lambda x: x.clone(),
+            "t": lambda x: x.t(),
+            "select": lambda x: x[:, 1],
+            "cat": lambda x: torch.cat([x, x], dim=1),
+        }
+        for reduce_op in ["product", "bxor"]:
+            placements = (Shard(0), Replicate(), Partial(reduce_op))
+            x = DTensor.from_local(
+                torch.ones(4, 8, dtype=torch.int64),
+                self.mesh,
+                placements,
+                shape=torch.Size([8, 8]),
+                stride=(8, 1),
+            )
+            for name, fn in ops.items():
+                with self.subTest(reduce_op=reduce_op, op=name):
+                    with CommDebugMode() as comm_mode:
+                        out = fn(x)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(out.placements[2], Partial(reduce_op))
 
 
 if __name__ == "__main__":
