@@ -7,8 +7,10 @@ DDP configuration and schedule, over two steps: every rank's gradients equal a
 float64 single-process reference averaged over the replicas, DDP hands every bucket
 to its comm hook exactly once per step, and the first bucket is handed to it before
 the stage's last gradient is accumulated (the all-reduce overlaps the rest of the
-backward). DDP options that a split backward cannot support raise the same clear
-error on every rank before any communication. DDP mixed precision runs only where
+backward). DDP options that a split last backward cannot support raise the same
+clear error on every rank before any communication, also at (dp, pp) = (1, 2) where
+only one rank holds the split stages; find_unused_parameters works under
+ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused). DDP mixed precision runs only where
 an accelerator is available (DDP casts parameters on an accelerator stream).
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
@@ -63,8 +65,14 @@ CONFIGS = {
         )
     },
 }
-# Options a split backward refuses; their error names the option.
-REFUSED = {"find_unused_parameters", "static_graph"}
+# Options refused where a stage's last backward is split, by schedule; their error
+# names the option. DualPipeV with every stage on one rank ends each stage with a
+# fused backward (stage 0's W runs the whole backward), so find_unused_parameters
+# works there; static_graph is refused under every split schedule.
+REFUSED = {
+    "find_unused_parameters": {ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble},
+    "static_graph": SPLIT,
+}
 UNUSED = {"find_unused_parameters", "unused_parameter", "unused_parameter_stale_grad"}
 
 
@@ -174,7 +182,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
             self.fail(f"{schedule_cls.__name__}: no error for an unused parameter")
         for step in range(N_STEPS):
             x, y = data(step, self.rank)
-            if config in REFUSED and schedule_cls in SPLIT:
+            if schedule_cls in REFUSED.get(config, ()):
                 with self.assertRaisesRegex(RuntimeError, f"{config}=True"):
                     schedule.step(x, target=y)
                 return
@@ -230,6 +238,53 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 with self.subTest(config=config, schedule=schedule_cls.__name__):
                     self._run_schedule(schedule_cls, config, *groups)
                 dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_find_unused_split_last_backward_pp2(self):
+        # (dp, pp) = (1, 2): ScheduleDualPipeV puts stages 0 and 3 on rank 0 (last
+        # backwards: stage 0's W, which runs the whole backward, and a fused B)
+        # and stages 1 and 2 on rank 1 (last backwards split). Every rank
+        # refuses, also rank 0, whose own stages would be fine, instead of
+        # waiting on rank 1.
+        dist.init_process_group(
+            backend="gloo",
+            store=dist.FileStore(self.file_name, self.world_size),
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        mesh = init_device_mesh("cpu", (1, DP), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        modules = build(4, with_unused=True)
+        mine = {0: [0, 3], 1: [1, 2]}[self.rank]
+        stages = [
+            PipelineStage(
+                DDP(
+                    modules[i],
+                    process_group=dp_group,
+                    find_unused_parameters=True,
+                ),
+                i,
+                4,
+                torch.device("cpu"),
+                group=pp_group,
+            )
+            for i in mine
+        ]
+        schedule = ScheduleDualPipeV(
+            stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+        )
+        x, y = data(0, 0)
+        with self.assertRaisesRegex(
+            RuntimeError, r"stages \[1, 2\].*find_unused_parameters=True"
+        ):
+            if self.rank == 0:
+                schedule.step(x, target=y)
+            else:
+                schedule.step()
+        for i in mine:
+            for p in modules[i].parameters():
+                self.assertIsNone(p.grad)
+        dist.barrier()
         dist.destroy_process_group()
 
     def _usage_step(self, case, schedule_cls, dp_group, pp_group):
