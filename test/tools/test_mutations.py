@@ -60,9 +60,7 @@ class OracleTest(TestCase):
                 self.assertEqual(mutations._combine(pieces, "_NormP(2)"), norms)
                 # c10d's integer avg truncates, as LocalTensor simulates it
                 ints = [torch.tensor([1, -3]), torch.zeros(2, dtype=torch.long)]
-                self.assertEqual(
-                    mutations._combine(ints, "P(avg)"), torch.tensor([0, -1])
-                )
+                self.assertEqual(mutations._combine(ints, "P(avg)"), torch.tensor([0, -1]))
 
     def test_witness_for_wrong_rules_only(self):
         flags = torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.5
