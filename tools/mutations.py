@@ -105,6 +105,8 @@ def _parse(s: str) -> tuple[str, Any]:
         return ("S", int(s[2:-1]))
     if s.startswith("P("):
         return ("P", s[2:-1])
+    if s.startswith("_NormP("):
+        return ("N", float(s[7:-1]))
     return ("?", s)
 
 
@@ -175,6 +177,15 @@ def mutants(rule, shapes, out_shapes, dtype, registered) -> list[tuple[str, tupl
 # --- the oracle: random per-rank splits, combined by hand -------------------------------
 
 
+def _random_bits(x, gen):
+    """Random integers of ``x``'s dtype over all of its bits."""
+    import torch
+
+    raw = torch.randint(0, 256, (*x.shape, x.element_size()), generator=gen,
+                        dtype=torch.uint8)  # fmt: skip
+    return raw.view(x.dtype).reshape(x.shape)
+
+
 def _split(x, placement: str, world_size: int, gen):
     """Per-rank tensors that ``placement`` allows for ``x``, drawn at random."""
     import torch
@@ -185,6 +196,10 @@ def _split(x, placement: str, world_size: int, gen):
     if kind == "S":
         return [c.clone() for c in x.tensor_split(world_size, dim=arg)]
     n = world_size
+    if kind == "N":  # p-norm pieces of a non-negative tensor: random weights summing to 1
+        weights = torch.rand((n, *x.shape), generator=gen, dtype=torch.float64) + 0.1
+        weights = weights / weights.sum(0)
+        return [(x.double() * w ** (1 / arg)).to(x.dtype) for w in weights]
 
     def rand_like(scale=None, low=-9, high=10):
         if x.is_floating_point():
@@ -252,7 +267,9 @@ def _split(x, placement: str, world_size: int, gen):
             rest = torch.div(rest, f, rounding_mode="trunc")
         return [rest, *pieces]
     if arg in ("band", "bor", "bxor"):
-        masks = [rand_like(low=0, high=16) for _ in range(n)]
+        # Every bit of the dtype: 4-bit masks would let an op that drops the low
+        # bits pass (rshift(P(bxor), 4) -> P(sum)).
+        masks = [_random_bits(x, gen) for _ in range(n)]
         if arg == "band":
             common = masks[1].clone()
             for m in masks[2:]:
@@ -284,6 +301,8 @@ def _combine(outs, placement: str):
     if kind == "S":
         return torch.cat(outs, dim=arg)
     stacked = torch.stack(outs)
+    if kind == "N":
+        return (stacked.double() ** arg).sum(0) ** (1 / arg)
     if stacked.dtype == torch.bool:
         if arg in ("sum", "max", "bor"):
             return stacked.any(0)
@@ -295,7 +314,12 @@ def _combine(outs, placement: str):
     if arg == "sum":
         return stacked.sum(0, dtype=stacked.dtype)
     if arg == "avg":
-        return stacked.sum(0, dtype=stacked.dtype) / len(outs)
+        total = stacked.sum(0, dtype=stacked.dtype)
+        if not (total.is_floating_point() or total.is_complex()):
+            # c10d's avg of integers is truncated (the reduced value is written
+            # back into the integer tensor), as LocalTensor simulates it.
+            return torch.div(total, len(outs), rounding_mode="trunc")
+        return total / len(outs)
     if arg == "min":
         return stacked.amin(0)
     if arg == "max":
@@ -481,8 +505,84 @@ def _constructed(name: str):
     if name == "int-avg-pool-partial-sum":
         x = torch.randint(-9, 10, (1, 2, 4, 4), generator=g)
         return aten.avg_pool2d.default, (x, [2, 2]), {}
+    if name.startswith("review2-"):
+        return _constructed_review2(name[len("review2-") :])
     raise KeyError(name)
 
+
+def _constructed_review2(name: str):
+    """The samples of the cold review of 2026-11-27 (/tmp/rev25 scripts)."""
+    import torch
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-20, 20, (4, 4), generator=g)
+    y = torch.randint(-20, 20, (4, 4), generator=g)
+    u = torch.randint(1, 200, (4, 4), generator=g).to(torch.uint8)
+    unary = {"clone": aten.clone.default, "neg": aten.neg.default,
+             "sum": aten.sum.default, "not": aten.bitwise_not.default}  # fmt: skip
+    op = name.split("-")[0]
+    if op in unary:
+        return unary[op], (x,), {}
+    scalar = {"mul3": (aten.mul.Scalar, 3), "lshift": (aten.__lshift__.Scalar, 1),
+              "floordiv": (aten.floor_divide.Scalar, 2), "add1": (aten.add.Scalar, 1),
+              "rshift4": (aten.__rshift__.Scalar, 4),
+              "floordiv16": (aten.floor_divide.Scalar, 16),
+              "and0x70": (aten.bitwise_and.Scalar, 0x70)}  # fmt: skip
+    if op in scalar:
+        return scalar[op][0], (x, scalar[op][1]), {}
+    if op == "mm":
+        return aten.mm.default, (x, y), {}
+    if op == "cumsum":
+        return aten.cumsum.default, (x, 1), {}
+    if op == "u8clone":
+        return aten.clone.default, (u,), {}
+    if op == "u8mul3":
+        return aten.mul.Tensor, (u, torch.full((4, 4), 3, dtype=torch.uint8)), {}
+    if op == "gcd":
+        a = torch.tensor([[20, 42, 88, -156], [12, 70, 10, 36]])
+        b = torch.tensor([[5, 7, 11, 13], [1, 5, 25, 7]])
+        return aten.gcd.default, (a, b), {}
+    g1 = torch.Generator().manual_seed(1)
+    flags = torch.rand(6, 6, generator=g1) > 0.5
+    other = torch.rand(6, 6, generator=g1) > 0.5
+    ints = torch.randint(-20, 21, (6, 6), generator=g1)
+    if op == "where":  # the condition is the P(min) operand itself
+        return aten.where.self, (flags, flags, other), {}
+    if op == "all":
+        return aten.all.default, (flags,), {}
+    if op in ("relu", "abs", "square"):
+        return getattr(aten, op).default, (ints,), {}
+    if op == "xor5":
+        return aten.bitwise_xor.Scalar, (ints, 5), {}
+    if op == "countnz":
+        return aten.count_nonzero.dim_IntList, (ints, [1]), {}
+    g2 = torch.Generator().manual_seed(0)
+    if op == "intaddbig":
+        big = torch.randint(10_000_000, 20_000_000, (4, 4), generator=g2)
+        return aten.add.Tensor, (big, torch.randint(1, 5, (4, 4), generator=g2)), {}
+    if op == "bf16lse":
+        torch.randint(0, 1, (4, 4), generator=g2)  # (the review's draws before)
+        xb = (torch.randn(4, 6, generator=g2) + 60).to(torch.bfloat16)
+        return aten.logsumexp.default, (xb, [1]), {}
+    small = (torch.rand(4, 4, generator=g2) * 0.04 + 0.01).to(torch.bfloat16)
+    small2 = (torch.rand(4, 4, generator=g2) * 0.04 + 0.01).to(torch.bfloat16)
+    if op == "bf16clone":
+        return aten.clone.default, (small,), {}
+    if op == "bf16add":
+        return aten.add.Tensor, (small, small2), {}
+    if op == "f32bf16add":
+        xf = torch.randn(4, 4, generator=g2)
+        yb = (torch.randn(4, 4, generator=g2) * 0.02).to(torch.bfloat16)
+        return aten.add.Tensor, (xf, yb), {}
+    if op == "normpadd":
+        v = torch.randn(12, generator=g2).abs()
+        return aten.add.Tensor, (v, v), {}
+    raise KeyError(name)
+
+
+_R2 = "review 2026-11-27: "
+_PI = "accepted by the Partial-input PR's "
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
 FOUND = (
@@ -500,6 +600,64 @@ FOUND = (
      "DTensor rule on main, found by the validator, fixed in the vector-norm PR"),
     ("int-avg-pool-partial-sum", "normalization", "int64", (("P(sum)",), ("P(sum)",)),
      "DTensor rule on main, found by the validator, fixed in the avg_pool PR"),
+    *[(f"review2-{op}-{src}-{dst}", fam, "int64", (ins, (f"P({dst})",)),
+       _R2 + _PI + "disjoint band/bor split (a sum/xor split at 2 ranks)")
+      for op, fam, ins, src, dst in (
+          ("clone", "unary", ("P(bor)",), "bor", "sum"),
+          ("clone", "unary", ("P(bor)",), "bor", "bxor"),
+          ("neg", "unary", ("P(bor)",), "bor", "sum"),
+          ("sum", "reduction", ("P(bor)",), "bor", "sum"),
+          ("mul3", "binary", ("P(bor)",), "bor", "sum"),
+          ("mm", "matmul", ("P(bor)", "R"), "bor", "sum"),
+          ("cumsum", "scan", ("P(bor)",), "bor", "sum"),
+          ("lshift", "binary", ("P(bor)",), "bor", "sum"),
+          ("floordiv", "binary", ("P(bor)",), "bor", "sum"),
+          ("add1", "binary", ("P(band)",), "band", "sum"),
+          ("not", "unary", ("P(band)",), "band", "bxor"),
+      )],
+    *[(f"review2-{op}-bxor-sum", "binary", "int64", (("P(bxor)",), ("P(sum)",)),
+       _R2 + _PI + "4-bit bxor patterns")
+      for op in ("rshift4", "floordiv16", "and0x70")],
+    ("review2-u8clone-max-bor", "unary", "uint8", (("P(max)",), ("P(bor)",)),
+     _R2 + _PI + "unsigned min/max split (the input or the neutral value)"),
+    ("review2-u8clone-min-band", "unary", "uint8", (("P(min)",), ("P(band)",)),
+     _R2 + _PI + "unsigned min/max split (the input or the neutral value)"),
+    ("review2-u8clone-max-sum", "unary", "uint8", (("P(max)",), ("P(sum)",)),
+     _R2 + _PI + "unsigned min/max split (the input or the neutral value)"),
+    ("review2-u8mul3-max-max", "binary", "uint8", (("P(max)", "R"), ("P(max)",)),
+     _R2 + _PI + "unsigned min/max split (the input or the neutral value)"),
+    ("review2-gcd-coprime", "binary", "int64", (("P(product)", "R"), ("P(product)",)),
+     _R2 + _PI + "factors 2 and 3 (R coprime to 6); right on any split of this "
+     "sample, caught on the squared sample"),
+    *[(f"review2-where-min-{dst}", "binary", "bool", (("R", "P(min)", "R"), (out,)),
+       _R2 + _PI + "bool samples (the condition is the P(min) operand)")
+      for dst, out in (("r", "R"), ("sum", "P(sum)"), ("max", "P(max)"))],
+    ("review2-all-s0-r", "reduction", "bool", (("S(0)",), ("R",)),
+     _R2 + "accepted on stock and by the series (bool samples only for Partials)"),
+    *[(f"review2-{op}-{name}", fam, "int64", rule,
+       _R2 + "accepted on stock and by the series: min/max offsets past the data "
+       "range, hidden by an op that clips there")
+      for op, fam, name, rule in (
+          ("relu", "unary", "max-sum", (("P(max)",), ("P(sum)",))),
+          ("abs", "unary", "max-min", (("P(max)",), ("P(min)",))),
+          ("square", "unary", "min-min", (("P(min)",), ("P(min)",))),
+          ("xor5", "binary", "max-max", (("P(max)",), ("P(max)",))),
+          ("countnz", "reduction", "min-r", (("P(min)",), ("R",))),
+      )],
+    ("review2-intaddbig-sum-sum", "binary", "int64", (("P(sum)", "R"), ("P(sum)",)),
+     _R2 + "accepted by the tolerance PR's allclose of integers (|x| ~ 1e7)"),
+    ("review2-bf16lse-s1-max", "reduction", "bfloat16", (("S(1)",), ("P(max)",)),
+     _R2 + "accepted by the tolerance PR's 4-ulp rtol for rules without a sum"),
+    ("review2-bf16clone-sum-avg", "unary", "bfloat16", (("P(sum)",), ("P(avg)",)),
+     _R2 + "accepted by the |x| + 1 offsets' band on elements below 1"),
+    ("review2-bf16clone-avg-sum", "unary", "bfloat16", (("P(avg)",), ("P(sum)",)),
+     _R2 + "accepted by the |x| + 1 offsets' band on elements below 1"),
+    ("review2-bf16add-sum-sum", "binary", "bfloat16", (("P(sum)", "R"), ("P(sum)",)),
+     _R2 + "accepted by the |x| + 1 offsets' band on elements below 1"),
+    ("review2-f32bf16add-sum-sum", "binary", "float32", (("P(sum)", "R"), ("P(sum)",)),
+     _R2 + "accepted with a bfloat16 Replicate operand setting the rounding unit"),
+    ("review2-normpadd-n2-n2", "binary", "float32", (("_NormP(2)", "R"), ("_NormP(2)",)),
+     _R2 + "untestable (_NormPartial input) in the _NormPartial PR, so not reported"),
 )  # fmt: skip
 
 

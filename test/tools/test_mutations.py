@@ -55,6 +55,12 @@ class OracleTest(TestCase):
                     with self.subTest(world_size=world_size, dtype=dtype, op=op):
                         pieces = mutations._split(x, f"P({op})", world_size, gen)
                         self.assertEqual(mutations._combine(pieces, f"P({op})"), x)
+                norms = (values.abs() * 4).double()
+                pieces = mutations._split(norms, "_NormP(2)", world_size, gen)
+                self.assertEqual(mutations._combine(pieces, "_NormP(2)"), norms)
+                # c10d's integer avg truncates, as LocalTensor simulates it
+                ints = [torch.tensor([1, -3]), torch.zeros(2, dtype=torch.long)]
+                self.assertEqual(mutations._combine(ints, "P(avg)"), torch.tensor([0, -1]))
 
     def test_witness_for_wrong_rules_only(self):
         flags = torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.5
@@ -89,6 +95,21 @@ class MutationSweepTest(TestCase):
             self.assertEqual(overlay[found[0]]["verdict"], "killed", found[0])
         for family, row in report["kill_rate"]["family"].items():
             self.assertGreaterEqual(row["overlay_signal"], row["stock_signal"], family)
+
+    def test_rules_found_by_hand_at_three_ranks(self):
+        # Every rule found by hand (the reviews' among them), at an odd world size.
+        corpus = mutations.load()
+        found = [e for e in corpus["entries"] if e["source"] == "found"]
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "corpus.json"
+            path.write_text(json.dumps({**corpus, "world_size": 3, "entries": found}))
+            code = sweep_mutations(REPO, Path(scratch), corpus_path=path)
+            report = json.loads((Path(scratch) / "sweep-mutations.json").read_text())
+        self.assertEqual(report["lost"], [])
+        self.assertEqual(code, 0)
+        overlay = report["results"]["overlay"]
+        for entry in found:
+            self.assertEqual(overlay[entry["id"]]["verdict"], "killed", entry["id"])
 
 
 if __name__ == "__main__":

@@ -222,6 +222,130 @@ class WrongRuleTest(TestCase):
                     )
                 )
 
+    def test_review_of_2026_11_27_wrong_rules(self):
+        # Each accepted by an earlier revision of this PR (or on main, for the
+        # clipping ops) and wrong: bitwise splits that were disjoint (a sum or xor
+        # split too at 2 ranks), 4-bit bxor patterns, unsigned min/max built of the
+        # input and the neutral value, factors 2 and 3 only, bool samples whose
+        # condition is the P(min) operand, and min/max offsets past the data range
+        # that relu/abs/square hide.
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(-20, 20, (4, 4), generator=g)
+        y = torch.randint(-20, 20, (4, 4), generator=g)
+        u = torch.randint(1, 200, (4, 4), generator=g).to(torch.uint8)
+        g1 = torch.Generator().manual_seed(1)
+        flags = torch.rand(6, 6, generator=g1) > 0.5
+        other = torch.rand(6, 6, generator=g1) > 0.5
+        ints = torch.randint(-20, 21, (6, 6), generator=g1)
+        a = torch.tensor([[20, 42, 88, -156], [12, 70, 10, 36]])
+        b = torch.tensor([[5, 7, 11, 13], [1, 5, 25, 7]])
+        P, R = Partial, Replicate()
+        wrong = {
+            "clone bor->sum": (aten.clone.default, (x,), (P("bor"),), P("sum")),
+            "clone bor->bxor": (aten.clone.default, (x,), (P("bor"),), P("bxor")),
+            "sum bor->sum": (aten.sum.default, (x,), (P("bor"),), P("sum")),
+            "mm bor,R->sum": (aten.mm.default, (x, y), (P("bor"), R), P("sum")),
+            "cumsum bor->sum": (aten.cumsum.default, (x, 1), (P("bor"),), P("sum")),
+            "add 1 band->sum": (aten.add.Scalar, (x, 1), (P("band"),), P("sum")),
+            "not band->bxor": (
+                aten.bitwise_not.default,
+                (x,),
+                (P("band"),),
+                P("bxor"),
+            ),
+            "rshift 4 bxor->sum": (
+                aten.__rshift__.Scalar,
+                (x, 4),
+                (P("bxor"),),
+                P("sum"),
+            ),
+            "and 0x70 bxor->sum": (
+                aten.bitwise_and.Scalar,
+                (x, 0x70),
+                (P("bxor"),),
+                P("sum"),
+            ),
+            "uint8 clone max->bor": (aten.clone.default, (u,), (P("max"),), P("bor")),
+            "uint8 clone min->band": (
+                aten.clone.default,
+                (u,),
+                (P("min"),),
+                P("band"),
+            ),
+            "uint8 mul 3 max->max": (
+                aten.mul.Tensor,
+                (u, torch.full((4, 4), 3, dtype=torch.uint8)),
+                (P("max"), R),
+                P("max"),
+            ),
+            "gcd R coprime to 6": (
+                aten.gcd.default,
+                (a, b),
+                (P("product"), R),
+                P("product"),
+            ),
+            "where(x, P(min) x, y) -> R": (
+                aten.where.self,
+                (flags, flags, other),
+                (R, P("min"), R),
+                R,
+            ),
+            "where(x, P(min) x, y) -> P(sum)": (
+                aten.where.self,
+                (flags, flags, other),
+                (R, P("min"), R),
+                P("sum"),
+            ),
+            "all S(0) -> R": (aten.all.default, (flags,), (Shard(0),), R),
+            "relu max->sum": (aten.relu.default, (ints,), (P("max"),), P("sum")),
+            "abs max->min": (aten.abs.default, (ints,), (P("max"),), P("min")),
+            "square min->min": (aten.square.default, (ints,), (P("min"),), P("min")),
+            "xor 5 max->max": (
+                aten.bitwise_xor.Scalar,
+                (ints, 5),
+                (P("max"),),
+                P("max"),
+            ),
+        }
+        right = {
+            "clone bor": (aten.clone.default, (x,), (P("bor"),), P("bor")),
+            "clone band": (aten.clone.default, (x,), (P("band"),), P("band")),
+            "not band->bor": (
+                aten.bitwise_not.default,
+                (x,),
+                (P("band"),),
+                P("bor"),
+            ),
+            "xor bxor,bxor->bxor": (
+                aten.bitwise_xor.Tensor,
+                (x, y),
+                (P("bxor"), P("bxor")),
+                P("bxor"),
+            ),
+            "uint8 clone max": (aten.clone.default, (u,), (P("max"),), P("max")),
+            "relu max->max": (aten.relu.default, (ints,), (P("max"),), P("max")),
+            "neg max->min": (aten.neg.default, (ints,), (P("max"),), P("min")),
+            "mul product": (
+                aten.mul.Tensor,
+                (a, b),
+                (P("product"), P("product")),
+                P("product"),
+            ),
+            "where S(0)": (
+                aten.where.self,
+                (flags, flags, other),
+                (Shard(0), Shard(0), Shard(0)),
+                Shard(0),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, ins, out) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertFalse(self.judge(op, args, (ins, (out,)), world_size))
+            for name, (op, args, ins, out) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertTrue(self.judge(op, args, (ins, (out,)), world_size))
+
 
 if __name__ == "__main__":
     run_tests()

@@ -11,7 +11,7 @@ import torch.testing._internal.common_methods_invocations as common_ops
 import torch.distributed.tensor._ops.strategy_validation as sv
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.testing._internal.common_utils import run_tests, TestCase
@@ -74,11 +74,35 @@ class PrivatePlacementsTest(StrategyValidatorTestBase):
             by_op = stats.true_positives_by_op
             self.assertGreater(by_op["aten.linalg_vector_norm.default"], 0)
 
-    def test_norm_partial_input_is_untestable(self):
-        x = torch.randn(4, 4)
-        rule = ((_NormPartial(2),), (_NormPartial(2),))
-        valid, reason = self.check(aten.linalg_vector_norm.default, (x, 2), rule)
-        self.assertIsNone(valid, reason)
+    def test_norm_partial_input_is_checked(self):
+        # A _NormPartial input holds norms: the rule is checked on the sample's
+        # absolute values (it was untestable, so never reported).
+        torch.manual_seed(0)
+        v = torch.randn(12)
+        for world_size in (2, 3):
+            dist.destroy_process_group()
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+
+            def judge(op, args, rule):
+                truth = sv._to_ground_truth(op(*args))
+                m = sv._prepare_aten_mitigations(op, args, {})
+                with LocalTensorMode(frozenset(range(world_size))):
+                    mesh = init_device_mesh("cpu", (world_size,))
+                    return sv._validate_aten_with_mitigations(
+                        op, args, {}, *rule, truth, world_size, mesh, m
+                    )
+
+            norm2 = _NormPartial(2)
+            wrong = ((norm2, Replicate()), (norm2,))
+            self.assertFalse(judge(aten.add.Tensor, (v, v.abs()), wrong))
+            self.assertFalse(judge(aten.mul.Tensor, (v.abs(), v), wrong))
+            right = ((norm2,), (norm2,))
+            self.assertTrue(judge(aten.clone.default, (v,), right))
+            self.assertTrue(
+                judge(aten.mul.Tensor, (v.abs(), v.abs()), ((norm2, Replicate()), (norm2,)))
+            )
 
     def test_wrong_norm_partial_is_incorrect(self):
         x = torch.randn(4, 4)

@@ -115,5 +115,113 @@ class ToleranceTest(StrategyValidatorTestBase):
         self.assertFalse(self.check(aten.add.Tensor, (x, x + 1), rule)[0])
 
 
+def judge(op, args, rule, world_size, kwargs=None):
+    """The validator's full per-rule path (primary check and every mitigation)."""
+    kwargs = kwargs or {}
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        truth = sv._to_ground_truth(op(*args, **kwargs))
+        mitigations = sv._prepare_aten_mitigations(op, args, kwargs)
+        with LocalTensorMode(frozenset(range(world_size))):
+            mesh = init_device_mesh("cpu", (world_size,))
+            return sv._validate_aten_with_mitigations(
+                op, args, kwargs, *rule, truth, world_size, mesh, mitigations
+            )
+    finally:
+        dist.destroy_process_group()
+
+
+class WrongRuleTest(TestCase):
+    """Wrong rules an earlier revision of this PR accepted (review of 2026-11-27),
+    at 2 and 3 ranks; the right rules of the same samples stay accepted."""
+
+    def test_review_of_2026_11_27_wrong_rules(self):
+        g = torch.Generator().manual_seed(0)
+        big = torch.randint(10_000_000, 20_000_000, (4, 4), generator=g)
+        small_int = torch.randint(1, 5, (4, 4), generator=g)
+        lse_in = (torch.randn(4, 6, generator=g) + 60).to(torch.bfloat16)
+        tiny = (torch.rand(4, 4, generator=g) * 0.04 + 0.01).to(torch.bfloat16)
+        tiny2 = (torch.rand(4, 4, generator=g) * 0.04 + 0.01).to(torch.bfloat16)
+        xf = torch.randn(4, 4, generator=g)
+        yb = (torch.randn(4, 4, generator=g) * 0.02).to(torch.bfloat16)
+        P, R = Partial, Replicate()
+        wrong = {
+            # integers compare exactly (allclose let an error of 1 in 1e7 pass)
+            "int64 add P(sum), R": (
+                aten.add.Tensor,
+                (big, small_int),
+                ((P("sum"), R), (P("sum"),)),
+            ),
+            # no sum-like Partial: no rounding band (4 bf16 ulps are 3%)
+            "bf16 logsumexp S(1) -> P(max)": (
+                aten.logsumexp.default,
+                (lse_in, [1]),
+                ((Shard(1),), (P("max"),)),
+            ),
+            # offsets scaled to the element (|x| + 1 gave a band of ~0.06)
+            "bf16 small clone P(sum) -> P(avg)": (
+                aten.clone.default,
+                (tiny,),
+                ((P("sum"),), (P("avg"),)),
+            ),
+            "bf16 small clone P(avg) -> P(sum)": (
+                aten.clone.default,
+                (tiny,),
+                ((P("avg"),), (P("sum"),)),
+            ),
+            "bf16 small add P(sum), R": (
+                aten.add.Tensor,
+                (tiny, tiny2),
+                ((P("sum"), R), (P("sum"),)),
+            ),
+            # a bfloat16 Replicate operand does not set a float32 output's ulp
+            "f32 + bf16 add P(sum), R": (
+                aten.add.Tensor,
+                (xf, yb),
+                ((P("sum"), R), (P("sum"),)),
+            ),
+        }
+        right = {
+            "int64 add P(sum), P(sum)": (
+                aten.add.Tensor,
+                (big, small_int),
+                ((P("sum"), P("sum")), (P("sum"),)),
+            ),
+            "bf16 logsumexp S(0)": (
+                aten.logsumexp.default,
+                (lse_in, [1]),
+                ((Shard(0),), (Shard(0),)),
+            ),
+            "bf16 small clone P(sum)": (
+                aten.clone.default,
+                (tiny,),
+                ((P("sum"),), (P("sum"),)),
+            ),
+            "bf16 small clone P(avg)": (
+                aten.clone.default,
+                (tiny,),
+                ((P("avg"),), (P("avg"),)),
+            ),
+            "bf16 small add P(sum), P(sum)": (
+                aten.add.Tensor,
+                (tiny, tiny2),
+                ((P("sum"), P("sum")), (P("sum"),)),
+            ),
+            "f32 + bf16 add P(sum), P(sum)": (
+                aten.add.Tensor,
+                (xf, yb),
+                ((P("sum"), P("sum")), (P("sum"),)),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, rule) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertFalse(judge(op, args, rule, world_size))
+            for name, (op, args, rule) in right.items():
+                if world_size == 3 and rule[0][0] == Shard(0):
+                    continue  # 4 rows do not shard evenly on 3 ranks
+                with self.subTest(name, world_size=world_size):
+                    self.assertTrue(judge(op, args, rule, world_size))
+
 if __name__ == "__main__":
     run_tests()
