@@ -72,6 +72,43 @@ class DTensorCompileSymbolicScalarTest(TestCase):
         # dynamic; a third value must reuse that graph.
         self.assertEqual(counter.frame_count, 2)
 
+    def test_symbolic_scalar_check_matches_tree_leaves(self):
+        # The check runs on every sharding-propagation miss, so it walks the
+        # schema's arguments by hand; it must see what tree_leaves sees.
+        from torch.distributed.tensor._op_schema import OpStrategy, TupleStrategy
+        from torch.distributed.tensor._ops.single_dim_strategy import (
+            _holds_symbolic_scalar,
+        )
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        from torch.utils._pytree import tree_leaves
+
+        shape_env = ShapeEnv()
+        sym_float = shape_env.create_unbacked_symfloat()
+        sym_bool = shape_env.create_unbacked_symbool()
+        sym_int = shape_env.create_unbacked_symint()
+        strategy = OpStrategy([])
+        cases = [
+            ((strategy, [2, 2], [], [0, 0], False, True, None), {}),
+            ((strategy, 2.5, sym_int), {"alpha": 1}),
+            ((strategy, sym_float), {}),
+            ((strategy, [1.0, sym_float]), {}),
+            ((strategy, ([0], (sym_bool,))), {}),
+            ((strategy,), {"alpha": sym_float}),
+            ((strategy,), {"scale": [1.0, {"x": sym_bool}]}),
+            ((TupleStrategy([strategy, strategy]), 0), {}),
+        ]
+        for args, kwargs in cases:
+            with self.subTest(args=args, kwargs=kwargs):
+                expected = any(
+                    isinstance(leaf, (torch.SymFloat, torch.SymBool))
+                    for leaf in tree_leaves((args, kwargs))
+                )
+                self.assertEqual(
+                    _holds_symbolic_scalar(args)
+                    or _holds_symbolic_scalar(kwargs.values()),
+                    expected,
+                )
+
 
 if __name__ == "__main__":
     run_tests()
