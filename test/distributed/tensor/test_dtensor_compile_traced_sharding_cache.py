@@ -18,9 +18,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor.experimental._context_parallel._sharding_rules import (
     _single_dim_strategy_context,
 )
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -44,7 +46,9 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
 
     def dtensor(self):
         local = torch.arange(8, dtype=torch.float64).view(2, 4)
-        return DTensor.from_local(local, self.mesh, [Shard(0), Replicate()], run_check=False)
+        return DTensor.from_local(
+            local, self.mesh, [Shard(0), Replicate()], run_check=False
+        )
 
     def count_mul_propagations(self, fn, *args):
         real = ShardingPropagator.propagate_op_sharding_non_cached
@@ -122,6 +126,40 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
         out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
         self.assertEqual(out.placements, expected.placements)
         self.assertEqual(out.to_local(), expected.to_local())
+
+    def test_mode_kept_across_traces_sees_restored_strategy(self):
+        # One FakeTensorMode held across traces (make_fx on fake inputs, as memory
+        # estimation and auto-parallel tools run it), a strategy swapped in and
+        # restored without clearing the caches (as context parallel's
+        # unregister_cp_sharding_rules() does by default): each trace propagates
+        # with the strategy registered at that time.
+        def f(x):
+            return torch.relu(x) + 1
+
+        def replicate_only(op, args_schema, kwargs_schema):
+            return []
+
+        def placements(x):
+            seen = []
+
+            def g(x):
+                y = f(x)
+                seen.append(y.placements)
+                return y
+
+            make_fx(g)(x)
+            return seen[0]
+
+        with FakeTensorMode():
+            x = DTensor.from_local(
+                torch.empty(2, 4), self.mesh, [Shard(0), Replicate()], run_check=False
+            )
+            self.assertEqual(placements(x), (Shard(0), Replicate()))
+            with _single_dim_strategy_context(
+                torch.ops.aten.relu.default, replicate_only
+            ):
+                self.assertEqual(placements(x), (Replicate(), Replicate()))
+            self.assertEqual(placements(x), (Shard(0), Replicate()))
 
     def test_entries_do_not_outlive_their_trace(self):
         # Recompiling the same function after a reset keeps one trace's entries,
