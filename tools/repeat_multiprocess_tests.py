@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BASES = r"(?:DTensorTestBase|MultiProcessTestCase|DTensorContinuousTestBase|MultiProcContinuousTest)"
+BASES = (
+    r"(?:DTensorTestBase|MultiProcessTestCase|DTensorContinuousTestBase|MultiProcContinuousTest)"
+)
 CLASS = re.compile(rf"^class (\w+)\([^)]*\b{BASES}\b", re.M)
 SIGNS = {
     "abort": re.compile(r"terminate called|got -6 for pid|SIGABRT"),

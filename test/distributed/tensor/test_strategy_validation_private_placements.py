@@ -101,7 +101,11 @@ class PrivatePlacementsTest(StrategyValidatorTestBase):
             right = ((norm2,), (norm2,))
             self.assertTrue(judge(aten.clone.default, (v,), right))
             self.assertTrue(
-                judge(aten.mul.Tensor, (v.abs(), v.abs()), ((norm2, Replicate()), (norm2,)))
+                judge(
+                    aten.mul.Tensor,
+                    (v.abs(), v.abs()),
+                    ((norm2, Replicate()), (norm2,)),
+                )
             )
 
     def test_wrong_norm_partial_is_incorrect(self):

@@ -223,5 +223,6 @@ class WrongRuleTest(TestCase):
                 with self.subTest(name, world_size=world_size):
                     self.assertTrue(judge(op, args, rule, world_size))
 
+
 if __name__ == "__main__":
     run_tests()
