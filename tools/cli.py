@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--mutations", action="store_true",
                        help="the corpus of wrong rules (tools/strategy_mutations.json): kill "
                        "rate per family, stock vs overlay; --dtypes/--ops narrow it")  # fmt: skip
+    sweep.add_argument("--missing", action="store_true",
+                       help="the validator's full mode: rules DTensor could have but lacks, "
+                       "per configuration (--configs, default 1d-2; --max-samples default "
+                       "3), stock vs overlay; writes sweep-missing.md/json")  # fmt: skip
     build, stack = verb_parser(verbs, "build"), verb_parser(verbs, "stack")
     for sub in (build, stack):
         sub.add_argument("--pytorch-src", type=Path, required=True, metavar="DIR",
@@ -390,6 +394,20 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             repo, args.out or repo / "reports",
             dtypes=args.dtypes.split(",") if dtypes_given else (),
             only=args.ops.split(",") if args.ops else (), jobs=args.jobs,
+        )  # fmt: skip
+    elif args.verb == "sweep" and args.missing:
+        from tools.sweep import CONFIGS, sweep_missing
+
+        configs = ["1d-2"] if not args.configs else (
+            list(CONFIGS) if args.configs == "all" else args.configs.split(","))  # fmt: skip
+        dtypes_given = args.dtypes != SWEEP_DTYPES
+        return sweep_missing(
+            repo, args.out or repo / "reports", configs,
+            only=args.ops.split(",") if args.ops else (),
+            dtypes=args.dtypes.split(",") if dtypes_given else None,
+            max_samples=args.max_samples if args.max_samples != 6 else None,
+            resume=args.resume, batch_size=args.batch_size, op_timeout=args.op_timeout,
+            jobs=args.jobs,
         )  # fmt: skip
     elif args.verb == "sweep" and args.configs:
         from tools.sweep import CONFIGS, sweep_configs

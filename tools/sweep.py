@@ -409,6 +409,255 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- sweep --missing: rules DTensor could have but lacks, per configuration ---------------
+
+MISSING_LIMITS = (
+    "A rule is *missing* when the validator's full mode (every input placement combination "
+    "and output placement of a 1-D mesh, not only DTensor's claims) finds it valid on an "
+    "OpInfo sample and DTensor's rule query for that sample does not return it: DTensor "
+    "would redistribute (or run replicated) where it could keep the sharding. Limits: a "
+    "1-D mesh of the configuration's world size; even shards only (an uneven Shard is "
+    "untestable); ops with an OpInfo whose samples map 1:1 to one aten op with a DTensor "
+    "rule; the OpInfo samples only (a rule valid on a sample can be wrong in general: e.g. "
+    "a Partial(max) operand whose values happen to dominate), so these are candidates, not "
+    "rules to add; for decomposition-only ops the rule query seeds Shard(0) on the first "
+    "input only, so it under-reports what DTensor runs; a sample on which DTensor's rule "
+    "query returns no sharded rule is not counted by upstream (listed apart as "
+    "'valid, no sharded rule queried')."
+)
+
+
+MISSING_MAX_SAMPLES = 3  # the full mode tries every placement combination: 3 samples per OpInfo
+
+
+def missing_rows(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
+    """One row per (op, dtype, rule) missing on either side, with each side's status:
+    missing (valid, not claimed), claimed (valid and claimed), incorrect (claimed, not
+    valid), not valid (neither), or why the op did not run."""
+
+    def status(result: dict | None, rule: str) -> str:
+        if result is None:
+            return "not run"
+        if result["status"] != "ok":
+            return result["status"]
+        if rule in result["missing"]:
+            return "missing"
+        if rule in result["incorrect"]:
+            return "incorrect"
+        if rule in result["claimed"]:
+            return "claimed" if rule in result["valid"] else "claimed, not valid"
+        return "valid, not claimed" if rule in result["valid"] else "not valid"
+
+    out = []
+    stock, overlay = results["stock"], results["overlay"]
+    for dtype in stock:
+        for op in sorted(set(stock[dtype]) | set(overlay[dtype])):
+            s, o = stock[dtype].get(op), overlay[dtype].get(op)
+            found: dict[str, str] = {}
+            for result in (s, o):
+                if result and result["status"] == "ok":
+                    for rule, example_ in result["missing"].items():
+                        found.setdefault(rule, example_)
+            for rule in sorted(found):
+                out.append({"op": op, "dtype": dtype, "rule": rule,
+                            "stock": status(s, rule), "overlay": status(o, rule),
+                            "example": found[rule]})  # fmt: skip
+    return out
+
+
+def missing_summary(results: dict[str, dict[str, dict[str, dict]]]) -> dict:
+    out: dict[str, dict[str, dict]] = {}
+    for variant, by_dtype in results.items():
+        for dtype, by_op in by_dtype.items():
+            ok = [r for r in by_op.values() if r["status"] == "ok"]
+            out.setdefault(variant, {})[dtype] = {
+                "validated": sum(1 for r in ok if r["samples"]),
+                "missing_rules": sum(len(r["missing"]) for r in ok),
+                "ops_with_missing": sorted(r["op"] for r in ok if r["missing"]),
+                "unqueried_rules": sum(len(r.get("unqueried", {})) for r in ok),
+                "incorrect_rules": sum(len(r["incorrect"]) for r in ok),
+                "no_dtensor_support": sorted(
+                    r["op"] for r in by_op.values() if r["status"] == "no DTensor support"
+                ),
+                "failed": sorted(
+                    r["op"] for r in by_op.values() if r["status"] in ("crash", "timeout", "error")
+                ),
+            }
+    return out
+
+
+def sweep_missing(
+    repo: Path,
+    out: Path,
+    configs: Sequence[str] = ("1d-2",),
+    only: Sequence[str] = (),
+    dtypes: Sequence[str] | None = None,
+    max_samples: int | None = None,
+    resume: bool = False,
+    batch_size: int = 40,
+    op_timeout: float = 300.0,
+    jobs: int = 2,
+    without_rule: bool = True,
+) -> int:
+    """The validator's full mode per configuration, stock vs overlay, into
+    ``out/sweep-missing-<config>.json`` and then ``out/sweep-missing.{md,json}``. With
+    ``resume``, the ops a configuration's report already holds (same overlay files and
+    settings, the op run) are kept and only the others are run, so ``--ops`` pieces add
+    up. Exits 0: missing rules are reported, not a failure."""
+    from tools.active import overlay_digest
+
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {unknown}; known: {sorted(CONFIGS)}")
+    digest = overlay_digest(repo)
+    out.mkdir(parents=True, exist_ok=True)
+    for config in configs:
+        c = CONFIGS[config]
+        settings = {"mode": "missing", "config": config,
+                    "dtypes": list(dtypes or c["dtypes"]),
+                    "max_samples": max_samples or MISSING_MAX_SAMPLES,
+                    "world_size": c["world_size"], "sizes": c["sizes"],
+                    "noncontiguous": c["noncontiguous"]}  # fmt: skip
+        path = out / f"sweep-missing-{config}.json"
+        kept: dict = {"ops": [], "seconds": 0.0, "results": {v: {} for v in VARIANTS}}
+        if resume and path.is_file():
+            old = json.loads(path.read_text())
+            if old.get("overlay_files") == digest and old.get("settings") == settings:
+                kept = old
+        started = time.monotonic()
+        extra = [f"--sizes={settings['sizes']}", "--missing"]
+        extra += ["--noncontiguous"] if settings["noncontiguous"] else []
+        with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+            tree = Path(scratch) / "tree"
+            materialize(repo, tree)
+            envs = {"stock": environment(None), "overlay": environment(tree)}
+            wanted = list(only) or registered_ops(envs["overlay"], repo)
+
+            statuses = {op: {kept["results"].get(v, {}).get(d, {}).get(op, {}).get("status")
+                             for v in VARIANTS for d in settings["dtypes"]}
+                        for op in wanted}  # fmt: skip
+            todo = [op for op in wanted
+                    if statuses[op] & {None, "crash", "timeout", "error"}]  # fmt: skip
+            print(f"{config}: {len(wanted) - len(todo)} op(s) kept, {len(todo)} to run")
+            results = sweep_variants(repo, envs, todo, settings["dtypes"],
+                                     settings["max_samples"], c["world_size"], batch_size,
+                                     op_timeout, jobs, extra=extra) if todo else {
+                                         v: {d: {} for d in settings["dtypes"]}
+                                         for v in VARIANTS}  # fmt: skip
+            registry = {}
+            if without_rule:
+                registry = {v: json.loads(subprocess.run(
+                    worker_command() + ["--without-rule"], cwd=repo, env=env,
+                    capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+                    for v, env in envs.items()}  # fmt: skip
+            elif kept.get("without_rule"):
+                registry = kept["without_rule"]
+        for variant in VARIANTS:
+            for dtype in settings["dtypes"]:
+                merged = dict(kept["results"].get(variant, {}).get(dtype, {}))
+                merged.update(results[variant][dtype])
+                results[variant][dtype] = merged
+        ops = list(dict.fromkeys([*kept["ops"], *wanted]))
+        report = {
+            "torch": installed_torch().version,
+            "overlay_files": digest,
+            "settings": settings,
+            "ops": ops,
+            "seconds": kept["seconds"] + time.monotonic() - started,
+            "summary": missing_summary(results),
+            "rows": missing_rows(results),
+            "failures": failures(results),
+            "without_rule": registry,
+            "results": results,
+        }
+        path.write_text(json.dumps(report, indent=1) + "\n")
+    combined = {"limits": MISSING_LIMITS, "configs": {}}
+    for config in configs:
+        report = json.loads((out / f"sweep-missing-{config}.json").read_text())
+        report.pop("results")
+        combined["configs"][config] = report
+    (out / "sweep-missing.json").write_text(json.dumps(combined, indent=1) + "\n")
+    (out / "sweep-missing.md").write_text(missing_markdown(combined))
+    print(missing_markdown(combined), end="")
+    print(f"written: {out / 'sweep-missing.md'}, {out / 'sweep-missing.json'}")
+    return 0
+
+
+def missing_markdown(combined: dict) -> str:
+    lines = ["# Strategy validator sweep: missing rules, stock vs overlay", "",
+             combined["limits"], "",
+             "| configuration | dtype | ops validated (stock / overlay) "
+             "| missing rules (stock / overlay) | ops with one (overlay) "
+             "| valid, no sharded rule queried (stock / overlay) "
+             "| ops not run (stock / overlay) | seconds |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for config, report in combined["configs"].items():
+        s, o = report["summary"]["stock"], report["summary"]["overlay"]
+        for dtype in report["settings"]["dtypes"]:
+            lines.append(
+                f"| {config} | {dtype} | {s[dtype]['validated']} / {o[dtype]['validated']} "
+                f"| {s[dtype]['missing_rules']} / {o[dtype]['missing_rules']} "
+                f"| {', '.join(o[dtype]['ops_with_missing']) or '-'} "
+                f"| {s[dtype]['unqueried_rules']} / {o[dtype]['unqueried_rules']} "
+                f"| {len(s[dtype]['failed'])} / {len(o[dtype]['failed'])} "
+                f"| {report['seconds']:.0f} |"
+            )
+    for config, report in combined["configs"].items():
+        st = report["settings"]
+        lines += ["", f"## {config}", "",
+                  f"torch {report['torch']}; overlay files {report['overlay_files'][:12]}; "
+                  f"{len(report['ops'])} ops; world size {st['world_size']}, sizes "
+                  f"{st['sizes']}{', non-contiguous samples' if st['noncontiguous'] else ''}"
+                  f", --max-samples {st['max_samples']}; {report['seconds']:.0f} s.", ""]  # fmt: skip
+        differ = [r for r in report["rows"] if r["stock"] != r["overlay"]]
+        lines += [f"### Stock and overlay disagree ({len(differ)})", "",
+                  "A rule missing on one side only: *claimed* on the other side is a rule "
+                  "the overlay added or removed; *not valid* or *valid, not claimed* there "
+                  "means the validator PRs changed what the ground truth sees.", "",
+                  "| op | dtype | rule | stock | overlay | example |",
+                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += [f"| {r['op']} | {r['dtype']} | `{r['rule']}` | {r['stock']} | {r['overlay']} "
+                  f"| {r['example'].replace('|', '/')} |" for r in differ]  # fmt: skip
+        if not differ:
+            lines.append("| (none) | | | | | |")
+        same = [r for r in report["rows"] if r["stock"] == r["overlay"]]
+        lines += ["", f"### Missing on both sides ({len(same)})", "",
+                  "| op | dtype | rule | example |", "| --- | --- | --- | --- |"]  # fmt: skip
+        lines += [f"| {r['op']} | {r['dtype']} | `{r['rule']}` | "
+                  f"{r['example'].replace('|', '/')} |" for r in same]  # fmt: skip
+        if not same:
+            lines.append("| (none) | | | |")
+        if report["failures"]:
+            lines += ["", "### Ops the validator could not run", "",
+                      "| variant | dtype | op | status | detail |",
+                      "| --- | --- | --- | --- | --- |"]  # fmt: skip
+            lines += [
+                f"| {f['variant']} | {f['dtype']} | {f['op']} | {f['status']} "
+                f"| {f['detail'].replace('|', '/')[:200]} |"
+                for f in report["failures"]
+            ]
+        registry = report.get("without_rule") or {}
+        if registry:
+            lines += ["", "### OpInfo ops by DTensor registration (no samples run)", "",
+                      "Every OpInfo, by the aten op of its `aten_name`: *rule* (a rule on "
+                      "some overload), *decomp* (no rule; DecompShardingStrategy may run "
+                      "its decomposition), *composite* (CompositeImplicitAutograd: "
+                      "decomposes before DTensor), *no rule* (DTensor raises: every "
+                      "placement is missing), *no aten op* (a Python composite).", "",
+                      "| kind | stock | overlay | overlay's ops (no rule) |",
+                      "| --- | --- | --- | --- |"]  # fmt: skip
+            for kind in sorted(set(registry["stock"]) | set(registry["overlay"])):
+                names = registry["overlay"].get(kind, [])
+                shown = ", ".join(names) if kind == "no rule" else ""
+                lines.append(f"| {kind} | {len(registry['stock'].get(kind, []))} "
+                             f"| {len(names)} | {shown} |")  # fmt: skip
+            gained = sorted(set(registry["overlay"].get("rule", []))
+                            - set(registry["stock"].get("rule", [])))  # fmt: skip
+            if gained:
+                lines += ["", f"A rule with the overlay only: {', '.join(gained)}"]
+    return "\n".join(lines) + "\n"
+
+
 # --- sweep --mutations: the corpus of wrong rules, stock vs overlay ---------------------------
 
 
@@ -599,17 +848,70 @@ def example(discrepancy) -> str:
     return text if len(text) <= 160 else text[:159] + "…"
 
 
-def validate(op: str, dtype_name: str, max_samples: int, world_size: int) -> dict:
+class _RuleSets:
+    """Wraps the validator's ``_compare_rules`` (called once per sample and aten op) to
+    keep, per rule, whether the ground truth found it valid and whether DTensor claims it,
+    on any sample; and the rules valid on a sample for which DTensor's rule query gave no
+    sharded rule at all (``_compare_rules`` returns early there, so upstream's full mode
+    does not count them as missing)."""
+
+    def __init__(self, sv) -> None:
+        self.sv, self.original = sv, sv._compare_rules
+        self.valid: set[str] = set()
+        self.claimed: set[str] = set()
+        self.unqueried: dict[str, str] = {}  # rule -> example
+
+    def key(self, combo, aten_op) -> str:
+        return f"{aten_op}: {', '.join(combo[0])} -> {', '.join(combo[1])}"
+
+    def __enter__(self) -> _RuleSets:
+        def compare_rules(
+            ground_truth_valid,
+            dtensor_rules,
+            input_shapes,
+            output_shapes,
+            sample_idx,
+            scalar_args,
+            scalar_kwargs,
+            aten_op,
+            *args,
+            **kwargs,
+        ):
+            self.valid |= {self.key(c, aten_op) for c in ground_truth_valid}
+            self.claimed |= {self.key(c, aten_op) for c in dtensor_rules}
+            if not dtensor_rules:
+                shapes = ", ".join(str(list(s)) for s in input_shapes)
+                for c in ground_truth_valid:
+                    self.unqueried.setdefault(self.key(c, aten_op), f"shapes {shapes}")
+            return self.original(ground_truth_valid, dtensor_rules, input_shapes,
+                                 output_shapes, sample_idx, scalar_args, scalar_kwargs,
+                                 aten_op, *args, **kwargs)  # fmt: skip
+
+        self.sv._compare_rules = compare_rules
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sv._compare_rules = self.original
+
+
+def validate(
+    op: str, dtype_name: str, max_samples: int, world_size: int, missing: bool = False
+) -> dict:
+    """One op and dtype through the validator. ``missing``: its full mode (every placement
+    combination, not only DTensor's claims), whose false negatives are the missing rules."""
     import torch
     import torch.distributed.tensor._ops.strategy_validation as sv
 
     if op in sv.SKIP_OPS:
         return {"op": op, "status": "skipped", "detail": sv.SKIP_OPS[op]}
     dtype = getattr(torch, dtype_name)
+    sets = _RuleSets(sv)
     try:
         if not any(o.supports_dtype(dtype, "cpu") for o in sv.get_opinfo_by_name(op)):
             return {"op": op, "status": "dtype not supported", "detail": ""}
-        stats = sv.compare_operator(op, "cpu", dtype, world_size, max_samples, incorrect_only=True)
+        with sets:
+            stats = sv.compare_operator(op, "cpu", dtype, world_size, max_samples,
+                                        incorrect_only=not missing)  # fmt: skip
     except Exception as error:  # the validator's own failure, not a verdict on a rule
         return {"op": op, "status": "error", "detail": f"{type(error).__name__}: {error}"}
     if stats.no_dtensor_support:
@@ -617,9 +919,66 @@ def validate(op: str, dtype_name: str, max_samples: int, world_size: int) -> dic
     incorrect: dict[str, str] = {}
     for discrepancy in stats.false_positives:
         incorrect.setdefault(rule_key(discrepancy), example(discrepancy))
-    return {"op": op, "status": "ok", "samples": stats.total_samples,
-            "correct": stats.true_positives, "incorrect": incorrect,
-            "skips": stats.skip_reasons}  # fmt: skip
+    result = {"op": op, "status": "ok", "samples": stats.total_samples,
+              "correct": stats.true_positives, "incorrect": incorrect,
+              "skips": stats.skip_reasons}  # fmt: skip
+    if missing:
+        found: dict[str, str] = {}
+        for discrepancy in stats.false_negatives:
+            found.setdefault(rule_key(discrepancy), example(discrepancy))
+        result.update(
+            missing=found,
+            combinations=stats.total_combinations,
+            valid=sorted(sets.valid),
+            claimed=sorted(sets.claimed),
+            unqueried={k: v for k, v in sets.unqueried.items() if k not in sets.claimed},
+        )
+    return result
+
+
+def ops_without_rule() -> dict[str, list[str]]:
+    """OpInfo names (every OpInfo, not only the registered ones) by how DTensor would run
+    the aten op of the OpInfo's ``aten_name``, from the registrations alone (no samples):
+    ``rule`` (a rule on some overload), ``composite`` (no rule; CompositeImplicitAutograd,
+    so it decomposes before DTensor's rules are needed), ``decomp`` (no rule; in the
+    decomposition table, which DecompShardingStrategy may run), ``no rule`` (DTensor
+    raises), ``no aten op`` (no ``aten.<aten_name>`` operator: a Python composite, mapped
+    by its samples only)."""
+    import torch
+    from torch._decomp import decomposition_table
+    from torch.distributed.tensor import DTensor
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    registered = (set(propagator.op_to_rules) | set(propagator.op_strategy_funcs)
+                  | set(propagator.op_single_dim_strategy_funcs))  # fmt: skip
+
+    def composite(overload) -> bool:
+        try:
+            return bool(overload._can_decompose())
+        except RuntimeError:  # a Python-only packet (e.g. aten.broadcast_shapes)
+            return False
+
+    out: dict[str, set[str]] = {}
+    for info in op_db:
+        packet = getattr(torch.ops.aten, info.aten_name, None)
+        try:
+            overloads = [getattr(packet, n) for n in packet.overloads()] if packet else []
+            overloads = [o for o in overloads if torch._C._dispatch_has_kernel(o.name())]
+        except (RuntimeError, AttributeError):
+            overloads = []
+        if not overloads:
+            kind = "no aten op"
+        elif any(o in registered for o in overloads):
+            kind = "rule"
+        elif all(composite(o) for o in overloads):
+            kind = "composite"
+        elif any(o in decomposition_table or composite(o) for o in overloads):
+            kind = "decomp"
+        else:
+            kind = "no rule"
+        out.setdefault(kind, set()).add(info.name)
+    return {kind: sorted(names) for kind, names in sorted(out.items())}
 
 
 def worker(argv: list[str]) -> int:
@@ -631,6 +990,10 @@ def worker(argv: list[str]) -> int:
     parser.add_argument("--noncontiguous", action="store_true",
                         help="every sample's tensors made non-contiguous (SampleInput.noncontiguous)")  # fmt: skip
     parser.add_argument("--sizes", default="24,12,4,2", help="OpInfo's L,M,S,XS")
+    parser.add_argument("--missing", action="store_true",
+                        help="the validator's full mode: report missing rules too")  # fmt: skip
+    parser.add_argument("--without-rule", action="store_true",
+                        help="print the OpInfo names by DTensor registration (ops_without_rule)")  # fmt: skip
     parser.add_argument("ops", nargs="*")
     args = parser.parse_args(argv)
 
@@ -656,8 +1019,11 @@ def worker(argv: list[str]) -> int:
         if args.list:
             print(json.dumps(sv.get_registered_op_names()))
             return 0
+        if args.without_rule:
+            print(json.dumps(ops_without_rule()))
+            return 0
         for op in args.ops:
-            result = validate(op, args.dtype, args.max_samples, args.world_size)
+            result = validate(op, args.dtype, args.max_samples, args.world_size, args.missing)
             print(MARK + json.dumps(result), flush=True)
     finally:
         dist.destroy_process_group()
