@@ -1,16 +1,25 @@
 # Owner(s): ["module: tools"]
 """`torch-overlay sweep`: one process per batch of ops, a crash or a hang costs only its
-op, and the report pairs each flagged rule's stock and overlay verdicts."""
+op, and the report pairs each flagged rule's stock and overlay verdicts; `--missing`
+reports the rules DTensor lacks; the validator's limits the README states are pinned."""
 
+import inspect
 import json
 import sys
 import tempfile
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+import torch.distributed.tensor._ops.strategy_validation as sv
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard
 from torch.testing._internal.common_utils import TestCase, run_tests
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from tools.active import environment
-from tools.sweep import MARK, rows, run_batch, sweep
+from tools.sweep import MARK, ops_without_rule, rows, run_batch, sweep, sweep_missing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,6 +90,100 @@ class SweepTest(TestCase):
         self.assertGreater(overlay["correct"], stock["correct"])
         self.assertEqual(code, 0)
         self.assertTrue(report["settings"]["narrowed"])
+
+    def test_add_missing_stock_vs_overlay(self):
+        # The validator's full mode on one op and one sample (0-d operands): both sides
+        # lack add's R, P(max) -> P(max) (a + max(b) = max(a + b)); stock's ground truth
+        # also finds the wrong P(max), P(min) -> P(avg) valid (its Partial inputs make
+        # max(a) + min(b) equal the mean on that sample), the overlay's does not.
+        with tempfile.TemporaryDirectory() as out:
+            code = sweep_missing(REPO, Path(out), ["1d-2"], only=["add"], dtypes=["float32"],
+                                 max_samples=1, without_rule=False)  # fmt: skip
+            report = json.loads((Path(out) / "sweep-missing-1d-2.json").read_text())
+            combined = json.loads((Path(out) / "sweep-missing.json").read_text())
+            self.assertIn("| 1d-2 | float32 |", (Path(out) / "sweep-missing.md").read_text())
+        self.assertEqual(code, 0)
+        self.assertEqual(list(combined["configs"]), ["1d-2"])
+        stock = report["results"]["stock"]["float32"]["add"]
+        overlay = report["results"]["overlay"]["float32"]["add"]
+        both = "aten.add.Tensor: R, P(max) -> P(max)"
+        wrong = "aten.add.Tensor: P(max), P(min) -> P(avg)"
+        self.assertIn(both, stock["missing"])
+        self.assertIn(both, overlay["missing"])
+        self.assertIn(wrong, stock["missing"])
+        self.assertNotIn(wrong, overlay["valid"])
+        by_rule = {r["rule"]: (r["stock"], r["overlay"]) for r in report["rows"]}
+        self.assertEqual(by_rule[both], ("missing", "missing"))
+        self.assertEqual(by_rule[wrong], ("missing", "not valid"))
+        # Claimed and valid on both sides: S(0), S(0) -> S(0) is no missing rule.
+        self.assertNotIn("aten.add.Tensor: S(0), S(0) -> S(0)", by_rule)
+
+
+class OpsWithoutRuleTest(TestCase):
+    def test_registration_kinds(self):
+        kinds = ops_without_rule()
+        self.assertIn("add", kinds["rule"])
+        self.assertIn("masked_select", kinds["no rule"])  # data-dependent output size
+        self.assertIn("nn.functional.conv2d", kinds["composite"])  # decomposes to convolution
+        names = [n for names in kinds.values() for n in names]
+        self.assertEqual(len(names), len(set(names)))
+
+
+class ValidatorLimitsTest(TestCase):
+    """What the README says the validator cannot check, so no configuration claims it
+    (tools/sweep.py UNSUPPORTED). Each test fails once the validator lifts the limit;
+    the sweep should then use it. Run on stock (plain pytest) and with the overlay
+    (`tools.cli run -- pytest`): the validator PRs keep both limits."""
+
+    WORLD_SIZE = 4
+
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=self.WORLD_SIZE)
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def check(self, args, combination, mesh_shape):
+        add = torch.ops.aten.add.Tensor
+        truth = sv._to_ground_truth(add(*args))
+        with LocalTensorMode(frozenset(range(self.WORLD_SIZE))):
+            mesh = init_device_mesh("cpu", mesh_shape)
+            return sv.validate_aten_combination(
+                add, args, {}, truth, combination, self.WORLD_SIZE, mesh
+            )
+
+    def test_uneven_shard_is_untestable(self):
+        # add's S(0), S(0) -> S(0) is right for any size; on 4 ranks the validator
+        # checks it for 8 elements and calls it untestable for 6 (DTensor: 2, 2, 2, 0).
+        rule = ((Shard(0), Shard(0)), (Shard(0),))
+        even = (torch.randn(8), torch.randn(8))
+        uneven = (torch.randn(6), torch.randn(6))
+        self.assertEqual(self.check(even, rule, (4,)), (True, ""))
+        self.assertEqual(self.check(uneven, rule, (4,)), (None, "uneven shard"))
+
+    def test_2d_mesh_rule_is_not_checked(self):
+        # A right rule on a 2x2 mesh (add, both operands and the output Shard(0) on mesh
+        # dim 0 and Shard(1) on mesh dim 1) is not judged: the validator takes one
+        # placement per tensor and builds the DTensor of a 1-D placement.
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        per_dim = (Shard(0), Shard(1))
+        valid, message = self.check((x, y), ((per_dim, per_dim), (per_dim,)), (2, 2))
+        self.assertFalse(valid)
+        self.assertIn("placements", message)
+        # compare_operator takes a world size, not a mesh shape ...
+        params = inspect.signature(sv.compare_operator).parameters
+        self.assertIn(params["world_size"].annotation, (int, "int"))
+        self.assertFalse({"mesh", "mesh_shape", "device_mesh"} & set(params))
+        # ... and DTensor's rules are queried per single mesh dim: one placement each
+        # for the output and the two operands, never a placement per mesh dim.
+        rules = sv.query_single_dim_strategy(torch.ops.aten.add.Tensor, (x, y), {})
+        self.assertTrue(rules)
+        for rule in rules:
+            self.assertEqual(len(rule), 3)
+            for placement in rule:
+                self.assertNotIsInstance(placement, (tuple, list))
 
 
 if __name__ == "__main__":
