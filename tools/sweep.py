@@ -925,7 +925,15 @@ def validate(
     if missing:
         found: dict[str, str] = {}
         for discrepancy in stats.false_negatives:
-            found.setdefault(rule_key(discrepancy), example(discrepancy))
+            # A zero operand makes wrong rules hold on the sample (x + 0 under any
+            # Partial): say so, the rule is then no candidate.
+            sample = discrepancy.sample
+            tensors = sv.extract_tensors_from_sample(sample) if sample is not None else []
+            zero = any(t.numel() and not t.any() for _, t in tensors)
+            text = example(discrepancy) + ("; an all-zero operand" if zero else "")
+            key = rule_key(discrepancy)
+            if key not in found or found[key].endswith("operand"):
+                found[key] = text
         result.update(
             missing=found,
             combinations=stats.total_combinations,
