@@ -115,8 +115,10 @@ HELP = {
     "sweep": (
         "upstream's strategy validator over every registered op, stock vs overlay",
         "Check DTensor's sharding rules with upstream's validator, stock vs overlay. Exits 1 "
-        "when the overlay leaves an incorrect rule or an op it could not run.",
-        "example:\n  torch-overlay sweep --ops view,norm --dtypes float32",
+        "when the overlay leaves an incorrect rule or an op it could not run. --missing "
+        "reports the rules DTensor lacks instead (exit 0).",
+        "examples:\n  torch-overlay sweep --ops view,norm --dtypes float32\n"
+        "  torch-overlay sweep --missing --ops add,sum --dtypes float32,int64",
     ),
     "compile-cpp": (
         "compile each C++ file a patch changes, before and after it",

@@ -323,14 +323,16 @@ CONFIGS: dict[str, dict] = {
     "1d-2-noncontiguous": {"world_size": 2, "sizes": "24,12,4,2", "noncontiguous": True,
                            "max_samples": 3, "dtypes": ("float32", "int64", "bool")},
 }  # fmt: skip
-# Configurations the validator cannot check, and why (README: "Strategy validator sweep").
+# Configurations the validator cannot check, and why (README: "Strategy validator sweep");
+# test/tools/test_sweep.py ValidatorLimitsTest pins both and fails once a limit is lifted.
 UNSUPPORTED = {
     "2d-2x2": "the validator builds a 1-D mesh and checks one placement per tensor "
     "(validate_aten_combination, _compare_outputs); a 2-D mesh needs a placement per "
-    "mesh dim and nested Partial/Shard inputs, which it does not construct",
+    "mesh dim and nested Partial/Shard inputs, which it does not construct (pinned: "
+    "ValidatorLimitsTest)",
     "uneven": "the validator returns 'uneven shard' (untestable) for every Shard of a "
     "dim the world size does not divide; it splits with tensor_split, whose uneven "
-    "chunks are not DTensor's",
+    "chunks are not DTensor's (pinned: ValidatorLimitsTest)",
 }
 
 
@@ -418,8 +420,9 @@ MISSING_LIMITS = (
     "would redistribute (or run replicated) where it could keep the sharding. Limits: a "
     "1-D mesh of the configuration's world size; even shards only (an uneven Shard is "
     "untestable); ops with an OpInfo whose samples map 1:1 to one aten op with a DTensor "
-    "rule; the OpInfo samples only (a rule valid on a sample can be wrong in general: e.g. "
-    "a Partial(max) operand whose values happen to dominate), so these are candidates, not "
+    "rule (cat, whose input is a tensor list, is not discovered); the OpInfo samples only "
+    "(a rule valid on a sample can be wrong in general: a 0-d operand, or an all-zero one, "
+    "which the examples mark, makes wrong rules hold), so these are candidates, not "
     "rules to add; for decomposition-only ops the rule query seeds Shard(0) on the first "
     "input only, so it under-reports what DTensor runs; a sample on which DTensor's rule "
     "query returns no sharded rule is not counted by upstream (listed apart as "
@@ -538,7 +541,8 @@ def sweep_missing(
                         for op in wanted}  # fmt: skip
             todo = [op for op in wanted
                     if statuses[op] & {None, "crash", "timeout", "error"}]  # fmt: skip
-            print(f"{config}: {len(wanted) - len(todo)} op(s) kept, {len(todo)} to run")
+            print(f"{config}: {len(kept['ops'])} op(s) kept from {path.name}, "
+                  f"{len(todo)} of {len(wanted)} to run")  # fmt: skip
             results = sweep_variants(repo, envs, todo, settings["dtypes"],
                                      settings["max_samples"], c["world_size"], batch_size,
                                      op_timeout, jobs, extra=extra) if todo else {
