@@ -501,6 +501,7 @@ def sweep_missing(
     op_timeout: float = 300.0,
     jobs: int = 2,
     without_rule: bool = True,
+    command: list[str] | None = None,
 ) -> int:
     """The validator's full mode per configuration, stock vs overlay, into
     ``out/sweep-missing-<config>.json`` and then ``out/sweep-missing.{md,json}``. With
@@ -545,7 +546,7 @@ def sweep_missing(
                   f"{len(todo)} of {len(wanted)} to run")  # fmt: skip
             results = sweep_variants(repo, envs, todo, settings["dtypes"],
                                      settings["max_samples"], c["world_size"], batch_size,
-                                     op_timeout, jobs, extra=extra) if todo else {
+                                     op_timeout, jobs, command, extra) if todo else {
                                          v: {d: {} for d in settings["dtypes"]}
                                          for v in VARIANTS}  # fmt: skip
             registry = {}

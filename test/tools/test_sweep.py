@@ -36,6 +36,19 @@ for op in sys.argv[1:]:
     print({MARK!r} + json.dumps(result), flush=True)
 """
 
+# Stands in for the --missing worker: records the ops it runs, reports one missing rule.
+FAKE_MISSING_WORKER = f"""
+import json, sys
+ops = sys.argv[sys.argv.index("--") + 1 :]
+with open(sys.argv[1], "a") as log:
+    log.write(" ".join(ops) + "\\n")
+for op in ops:
+    rule = f"aten.{{op}}.default: R -> P(max)"
+    result = {{"op": op, "status": "ok", "samples": 1, "correct": 0, "incorrect": {{}},
+              "missing": {{rule: "shapes []"}}, "valid": [rule], "claimed": []}}
+    print({MARK!r} + json.dumps(result), flush=True)
+"""
+
 
 class RunBatchTest(TestCase):
     def test_crash_and_hang_cost_only_their_op(self):
@@ -117,6 +130,28 @@ class SweepTest(TestCase):
         self.assertEqual(by_rule[wrong], ("missing", "not valid"))
         # Claimed and valid on both sides: S(0), S(0) -> S(0) is no missing rule.
         self.assertNotIn("aten.add.Tensor: S(0), S(0) -> S(0)", by_rule)
+
+    def test_missing_resume_adds_up_ops_pieces(self):
+        # --missing --resume: a second --ops piece runs only its own ops and the report
+        # holds both pieces.
+        with tempfile.TemporaryDirectory() as scratch:
+            worker, log = Path(scratch) / "worker.py", Path(scratch) / "ran.txt"
+            worker.write_text(FAKE_MISSING_WORKER)
+            out = Path(scratch) / "reports"
+            fake = [sys.executable, str(worker), str(log)]
+            for ops in (["a", "b"], ["b", "c"]):
+                sweep_missing(REPO, out, ["1d-2"], only=ops, dtypes=["float32"],
+                              resume=True, without_rule=False, command=fake)  # fmt: skip
+            report = json.loads((out / "sweep-missing-1d-2.json").read_text())
+            ran = log.read_text().split()
+        self.assertEqual(sorted(ran), ["a", "a", "b", "b", "c", "c"])  # stock and overlay
+        self.assertEqual(report["ops"], ["a", "b", "c"])
+        self.assertEqual(report["summary"]["overlay"]["float32"]["missing_rules"], 3)
+        self.assertEqual(
+            {(r["op"], r["stock"], r["overlay"]) for r in report["rows"]},
+            {("a", "missing", "missing"), ("b", "missing", "missing"),
+             ("c", "missing", "missing")},
+        )  # fmt: skip
 
 
 class OpsWithoutRuleTest(TestCase):
