@@ -1,7 +1,8 @@
 """DTensor sharding-propagation cost on a cache MISS: stock torch vs the overlay, one run.
 
-    python benchmarks/dtensor_propagation_miss.py [--reps N] [--quick] [--only TEXT]
-                                                  [--meshes 1,2,3] [--out FILE]
+    python benchmarks/dtensor_propagation_miss.py [--reps N] [--rep-ms MS | --calls N]
+                                                  [--quick] [--only TEXT] [--meshes 1,2,3]
+                                                  [--noise] [--out FILE]
 
 `dtensor_dispatch.py` times cache hits. Tracing (torch.compile, export) bypasses the
 sharding-propagation caches, so every traced op pays the miss cost, and that cost grows
@@ -17,21 +18,39 @@ driven with interleaved repetitions (stock rep i, overlay rep i, ...) by the dri
 group; the 1-D and 2-D meshes are submeshes of the (2, 2, 2) mesh.
 Inputs carry Partial(sum) on the last mesh dim: [P], [S(0), P], [S(0), R, P] (plus a few
 product / bitwise rows). The time is the worker's CPU time per call (time.process_time).
+A repetition is about --rep-ms of cleared-cache calls (at least one; the count is picked per
+row from a timed call), so 1-D rows (about 1 ms a call) average dozens of calls and 3-D rows
+(up to about 100 ms) one or two; --calls N fixes the count instead.
+
+Two counts per row do not depend on the machine's load: the Python function calls of one
+cleared-cache call (cProfile, C builtins included) and the collectives it issues
+(CommDebugMode), each per variant. A row whose overlay issues more collectives than stock
+pays for a reduction its patch makes on purpose (reduce first where keeping the Partial was
+wrong); such rows are flagged "collective" as well.
 
 Prints per row: median ms per call (stock, overlay), the overlay/stock ratio (median of
-per-repetition ratios) and flags rows slower than 1.05x. Writes reports/dtensor_propagation_miss.json.
+per-repetition ratios), Python calls per call (stock, overlay), collectives per call when
+they differ, and flags rows slower than 1.05x. --noise runs stock torch in both workers: its
+ratios are this machine's noise floor for the same settings. Writes
+reports/dtensor_propagation_miss.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
 import json
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 from dtensor_dispatch import (
+    Worker,
+    collectives_of,
     interleaved,
     reply_channel,
     selected_rows,
@@ -225,7 +244,38 @@ def time_miss(run, calls: int) -> dict:
     return {"ms": 1e3 * cpu / calls}
 
 
-def worker(ndims: list[int]) -> None:
+def python_calls_of(run, calls: int = 3) -> int:
+    """Python function calls (C builtins included) of one cleared-cache call: a count that
+    does not depend on the machine's load."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    for _ in range(calls):
+        clear_caches()
+        profile.enable()
+        run()
+        profile.disable()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    return round(sum(entry[1] for entry in stats.values()) / calls)
+
+
+def prepare_miss(run, rep_ms: float) -> dict:
+    """Warm up (imports, lazy registrations), count collectives and Python calls of one
+    cleared-cache call, and pick how many calls a repetition of about rep_ms makes."""
+    run()
+    clear_caches()
+    collectives, _ = collectives_of(lambda: (clear_caches(), run()))
+    calls = python_calls_of(run)
+    per_call_ms = min(time_miss(run, 1)["ms"] for _ in range(3))
+    return {
+        "collectives": collectives,
+        "python_calls": calls,
+        "calls_per_rep": max(1, min(1000, round(rep_ms / max(per_call_ms, 1e-3)))),
+    }
+
+
+def worker(ndims: list[int], rep_ms: float) -> None:
     reply = reply_channel()
 
     import torch
@@ -240,8 +290,7 @@ def worker(ndims: list[int]) -> None:
 
     def prepare_row(setup, request):
         run = setup()
-        run()  # imports, lazy registrations
-        return run, {"ok": True}
+        return run, prepare_miss(run, rep_ms)
 
     serve(
         reply,
@@ -267,14 +316,41 @@ def summarize(name: str, prepared: dict, reps: dict) -> dict:
             row[label] = {"error": "not timed (the other variant failed)"}
         else:
             times = [r["ms"] for r in reps[label]]
-            row[label] = {"median_ms": statistics.median(times), "min_ms": min(times)}
+            row[label] = {
+                "median_ms": statistics.median(times),
+                "min_ms": min(times),
+                "calls_per_rep": prepared[label]["calls_per_rep"],
+                "python_calls": prepared[label]["python_calls"],
+                "collectives": prepared[label]["collectives"],
+            }
     if any("error" in row[label] for label in ("stock", "overlay")):
         row["ratio"], row["flags"] = None, ["error"]
         return row
     paired = [o["ms"] / s["ms"] for s, o in zip(reps["stock"], reps["overlay"], strict=True)]
     row["ratio"] = statistics.median(paired)
     row["flags"] = ["slower"] if row["ratio"] > RATIO_LIMIT else []
+    stock_comms = sum(row["stock"]["collectives"].values())
+    if sum(row["overlay"]["collectives"].values()) > stock_comms:
+        row["flags"].append("collective")
     return row
+
+
+@contextlib.contextmanager
+def two_stock_workers(args: list[str]):
+    """Like stock_and_overlay, with stock torch in both workers (--noise)."""
+    sys.path.insert(0, str(REPO))
+    from tools.active import environment
+
+    with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
+        workers = {
+            label: Worker(label, environment(None), __file__, args, Path(scratch))
+            for label in ("stock", "overlay")
+        }
+        try:
+            yield "stock torch in both workers (--noise)", None, workers
+        finally:
+            for w in workers.values():
+                w.close()
 
 
 def main() -> None:
@@ -282,51 +358,79 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--reps", type=int, default=9, help="repetitions per row and variant")
-    parser.add_argument("--calls", type=int, default=3, help="cleared-cache calls per repetition")
+    parser.add_argument("--reps", type=int, default=11, help="repetitions per row and variant")
+    parser.add_argument(
+        "--rep-ms", type=float, default=40.0,
+        help="CPU ms of cleared-cache calls per repetition (at least one call)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calls", type=int, help="cleared-cache calls per repetition, instead of --rep-ms"
+    )
     parser.add_argument("--quick", action="store_true", help="3 repetitions of 1 call")
     parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
     parser.add_argument("--meshes", default="1,2,3", help="mesh dims to run, e.g. 3 or 1,2,3")
+    parser.add_argument(
+        "--noise", action="store_true", help="stock torch in both workers: the noise floor"
+    )
     parser.add_argument(
         "--out", type=Path, default=REPO / "reports" / "dtensor_propagation_miss.json"
     )
     args = parser.parse_args()
     ndims = [int(n) for n in args.meshes.split(",")]
     if args.worker:
-        worker(ndims)
+        worker(ndims, args.rep_ms)
         return
     if args.quick:
         args.reps, args.calls = 3, 1
 
-    with stock_and_overlay(__file__, ["--meshes", args.meshes]) as (
+    def calls_of(prepared: dict) -> dict:
+        return {"calls": args.calls or prepared["calls_per_rep"]}
+
+    started = time.monotonic()
+    workers_of = two_stock_workers if args.noise else functools.partial(stock_and_overlay, __file__)
+    with workers_of(["--meshes", args.meshes, "--rep-ms", str(args.rep_ms)]) as (
         plan, overlay_files, workers,
     ):  # fmt: skip
         rows = []
         for name in selected_rows(workers, args.only):
-            prepared, reps = interleaved(workers, name, args.reps, lambda p: {"calls": args.calls})
+            prepared, reps = interleaved(workers, name, args.reps, calls_of)
             row = summarize(name, prepared, reps)
             rows.append(row)
             s, o = row["stock"], row["overlay"]
             if row["ratio"] is None:
                 print(f"{name:44} stock {s.get('error', 'ok')} | overlay {o.get('error', 'ok')}")
-            else:
-                print(f"{name:44} {s['median_ms']:9.2f} {o['median_ms']:9.2f} "
-                      f"{row['ratio']:6.2f}x  {', '.join(row['flags'])}", flush=True)  # fmt: skip
+                continue
+            comms = ""
+            if s["collectives"] != o["collectives"]:
+                comms = f"  collectives {sum(s['collectives'].values())} -> " \
+                        f"{sum(o['collectives'].values())}"  # fmt: skip
+            print(f"{name:44} {s['median_ms']:9.2f} {o['median_ms']:9.2f} "
+                  f"{row['ratio']:6.2f}x {s['python_calls']:7d} {o['python_calls']:7d} "
+                  f"{o['python_calls'] / s['python_calls']:6.3f}{comms}  "
+                  f"{', '.join(row['flags'])}", flush=True)  # fmt: skip
+    wall_s = time.monotonic() - started
 
     timed = [r for r in rows if r["ratio"] is not None]
     worst = max(timed, key=lambda r: r["ratio"], default=None)
-    flagged = [r["name"] for r in rows if r["flags"]]
-    print(f"overlay: {plan.summary()}; rank 0 of {WORLD_SIZE} on the fake process group; "
-          f"columns: row, stock ms, overlay ms (median CPU ms per cache-missing call), ratio")  # fmt: skip
+    flagged = [r["name"] for r in rows if "slower" in r["flags"] or "error" in r["flags"]]
+    summary = plan if isinstance(plan, str) else plan.summary()
+    per_rep = f"{args.calls} call(s)" if args.calls else f"~{args.rep_ms:g} ms of calls"
+    print(f"overlay: {summary}; rank 0 of {WORLD_SIZE} on the fake process group; "
+          f"{args.reps} interleaved repetitions of {per_rep}; columns: row, stock ms, "
+          f"overlay ms (median CPU ms per cache-missing call), ratio, Python calls per "
+          f"call (stock, overlay, ratio); wall {wall_s:.0f} s")  # fmt: skip
     if worst:
         print(f"worst ratio: {worst['ratio']:.2f}x ({worst['name']}); "
               f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x or error)")  # fmt: skip
     report = {
         "overlay_files": overlay_files,
-        "partial": bool(args.only or args.quick or args.meshes != "1,2,3"),
-        "overlay": plan.summary(),
+        "partial": bool(args.only or args.quick or args.meshes != "1,2,3" or args.noise),
+        "noise": args.noise,
+        "overlay": summary,
         "reps": args.reps,
+        "rep_ms": None if args.calls else args.rep_ms,
         "calls": args.calls,
+        "wall_s": round(wall_s),
         "ratio_limit": RATIO_LIMIT,
         "worst": {"row": worst["name"], "ratio": worst["ratio"]} if worst else None,
         "flagged": flagged,
