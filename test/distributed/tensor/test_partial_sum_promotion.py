@@ -83,7 +83,12 @@ REDUCED = [
     ("bool add float32 Partial", operator.add, [wrap(B), wrap(f32)], 2),
     ("float32 sub int32 Partial", operator.sub, [wrap(f32), wrap(i32)], 2),
     ("int32 xlog1py", torch.special.xlog1py, [wrap(i32), R_F32], 1),
-    ("int8 _foreach_mul float", lambda x: torch._foreach_mul([x], 0.5)[0], [wrap(i8)], 1),
+    (
+        "int8 _foreach_mul float",
+        lambda x: torch._foreach_mul([x], 0.5)[0],
+        [wrap(i8)],
+        1,
+    ),
     ("bool _foreach_mul int", lambda x: torch._foreach_mul([x], 2)[0], [wrap(B)], 1),
     (
         "int32 _foreach_mul float Replicate",
@@ -147,11 +152,15 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             return DTensor.from_local(
                 torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
             )
-        local = map_local_for_rank(self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype))
+        local = map_local_for_rank(
+            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
+        )
         return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
-        if dist.get_backend() == "gloo" and any(o[2] in GLOO_CANNOT_REDUCE for o in operands):
+        if dist.get_backend() == "gloo" and any(
+            o[2] in GLOO_CANNOT_REDUCE for o in operands
+        ):
             return  # the LocalTensor twin checks this case
         truth = fn(*[reduced_value(o) for o in operands])
         inputs = [self._dtensor(mesh, o) for o in operands]
@@ -186,7 +195,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         mesh = self.build_device_mesh()
         x = wrap(i64)
         self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
-        self._check(mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1)
+        self._check(
+            mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1
+        )
         for scalar in (2, 0.5):
             self._check(
                 mesh,
