@@ -218,6 +218,17 @@ def cases(meshes):
             op(lambda x: torch.nn.functional.avg_pool2d(x, 2), dtype=i64, shape=(2, 4, 4)),
         ),  # fmt: skip
         ("avg_pool2d", op(lambda x: torch.nn.functional.avg_pool2d(x, 2), shape=(2, 4, 4))),
+        # linear ops that keep a Partial(sum) unless they promote an integer or bool
+        ("sum", op(lambda x: x.sum())),
+        ("sum(dim=1)", op(lambda x: x.sum(1))),
+        ("int64 sum", op(lambda x: x.sum(), dtype=i64)),
+        ("cumsum", op(lambda x: x.cumsum(1))),
+        ("mean", op(lambda x: x.mean(), last=Partial("avg"))),
+        ("x * 0.5", op(lambda x: x * 0.5)),
+        ("x / 2", op(lambda x: x / 2)),
+        ("int64 x * 2", op(lambda x: x * 2, dtype=i64)),
+        ("P + P", op(lambda x, y: x + y, n_inputs=2)),
+        ("_foreach_mul(0.5) (2)", op(lambda x, y: torch._foreach_mul([x, y], 0.5), n_inputs=2)),
     ]
     return [(f"{name} [{mesh.ndim}-D]", make(mesh)) for mesh in meshes for name, make in rows]
 

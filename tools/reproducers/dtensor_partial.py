@@ -322,3 +322,62 @@ def integer_replicate_to_partial_divides() -> Outcome:
         dst.copy_(src)
     value = full_value(dst, mode)
     return Outcome(value == [3, 5], f"full_tensor {value} (truth [3, 5]), {dst.placements[0]}")
+
+
+PROMOTION_PATCH = (
+    "[DTensor] Reduce an integer or bool Partial(sum) DTensor before an op that computes it "
+    "in another dtype"
+)
+
+
+def promotion_outcome(dtype, per_rank, fn, truth) -> Outcome:
+    import torch
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    dt, mode = two_rank_partial("sum", lambda r: torch.tensor(per_rank[r], dtype=dtype))
+    comm = CommDebugMode()
+    with mode:
+        with comm:
+            out = fn(dt)
+        placement = out.placements[0]
+    value = full_value(out, mode)
+    return Outcome(
+        value == truth,
+        f"full_tensor {value} (truth {truth}), {placement}, {comm.get_total_counts()} collectives",
+    )
+
+
+@reproducer(
+    bug="P(sum) int8 100+70+1+3, 100+70+2+2 .sum() counts in int64: 348 (truth -164)",
+    upstream="-",
+    patch=PROMOTION_PATCH,
+)
+def partial_sum_int8_sum_promotes() -> Outcome:
+    import torch
+
+    per_rank = [[100, 70, 1, 3], [100, 70, 2, 2]]
+    return promotion_outcome(torch.int8, per_rank, lambda t: t.sum(), -164)
+
+
+@reproducer(
+    bug="P(sum) int8 100, 100 * 0.5 computes per rank in float32: 100.0 (truth -28.0)",
+    upstream="-",
+    patch=PROMOTION_PATCH,
+)
+def partial_sum_int8_mul_float() -> Outcome:
+    import torch
+
+    return promotion_outcome(torch.int8, [[100, 1], [100, 2]], lambda t: t * 0.5, [-28.0, 1.5])
+
+
+@reproducer(
+    bug="P(sum) bool cumsum counts per rank: [2, 3] (truth [1, 2], True on both ranks is True)",
+    upstream="-",
+    patch=PROMOTION_PATCH,
+)
+def partial_sum_bool_cumsum() -> Outcome:
+    import torch
+
+    return promotion_outcome(
+        torch.bool, [[True, True], [True, False]], lambda t: t.cumsum(0), [1, 2]
+    )

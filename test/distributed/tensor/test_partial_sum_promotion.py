@@ -1,0 +1,218 @@
+# Owner(s): ["oncall: distributed"]
+"""Ops that compute an integer or bool Partial("sum") DTensor in another dtype.
+
+c10d sums an integer Partial("sum") in its own dtype, wrapping (int8 100 + 100 is
+-56), and a bool one saturating (True on two ranks reads True). An op that computes
+in another dtype (int8 ``sum()`` in int64, ``x * 0.5`` and true division in float32,
+int8 + int32) gives the op on the reduced value only if it reduces first. Each case
+asserts the value against the op on the reduced plain tensors, the placement and the
+collective count; the cases that keep their Partial show the check costs nothing
+where the op computes in the input's dtype.
+"""
+
+import functools
+import operator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    create_local_tensor_test_class,
+    DTensorContinuousTestBase,
+    LocalDTensorContinuousTestBase,
+    map_local_for_rank,
+)
+
+
+i8, u8, i16, i32, i64, f16, f32 = (
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+)
+B = torch.bool
+
+
+def P(dtype, rank0, rank1, reduce_op="sum"):
+    """A Partial operand: its rank r holds rank0 / rank1."""
+    return ("P", reduce_op, dtype, (rank0, rank1))
+
+
+def R(dtype, value):
+    return ("R", None, dtype, value)
+
+
+WRAP = {  # per-rank values whose sum wraps (or saturates) in the dtype
+    i8: ([[100, 70], [1, 3]], [[100, 70], [2, 2]]),
+    u8: ([[200, 100], [1, 3]], [[100, 100], [2, 2]]),
+    i16: ([[30000, 20000], [1, 3]], [[30000, 20000], [2, 2]]),
+    i32: ([[2**31 - 1, 2**30 + 3], [1, 3]], [[2**31 - 1, 2**30 + 3], [2, 2]]),
+    i64: ([[2**62, 2**24 + 1], [1, 3]], [[2**62, 1], [2, 2]]),
+    B: ([[True, True], [False, True]], [[True, False], [True, True]]),
+    f32: ([[1.5, -2.25], [1.0, 3.0]], [[1.5, 0.5], [2.0, 2.0]]),
+}
+
+
+def wrap(dtype):
+    return P(dtype, *WRAP[dtype])
+
+
+R_F32 = R(f32, [[1.5, 2.0], [0.25, 3.0]])
+
+# (name, fn, operands: the first is the Partial under test, reduced: True when the
+#  result is Replicate after reducing the Partial operands, collectives)
+REDUCED = [
+    ("int8 sum", lambda x: x.sum(), [wrap(i8)], 1),
+    ("uint8 sum.dim_IntList", lambda x: x.sum(dim=1), [wrap(u8)], 1),
+    ("int16 sum(dtype=float32)", lambda x: x.sum(dtype=f32), [wrap(i16)], 1),
+    ("int32 prims.sum", lambda x: torch.ops.prims.sum(x, [0]), [wrap(i32)], 1),
+    ("int32 cumsum", lambda x: x.cumsum(0), [wrap(i32)], 1),
+    ("bool cumsum", lambda x: x.cumsum(1), [wrap(B)], 1),
+    ("int8 cumsum(dtype=float32)", lambda x: x.cumsum(0, dtype=f32), [wrap(i8)], 1),
+    ("bool mul int", lambda x: x * 2, [wrap(B)], 1),
+    ("int8 mul float", lambda x: x * 0.5, [wrap(i8)], 1),
+    ("int64 mul float Replicate", lambda x, r: x * r, [wrap(i64), R_F32], 1),
+    ("uint8 div", lambda x: x / 2, [wrap(u8)], 1),
+    ("int16 div float Replicate", lambda x, r: x / r, [wrap(i16), R_F32], 1),
+    ("int16 add int32 Partial", operator.add, [wrap(i16), wrap(i32)], 2),
+    ("bool add float32 Partial", operator.add, [wrap(B), wrap(f32)], 2),
+    ("float32 sub int32 Partial", operator.sub, [wrap(f32), wrap(i32)], 2),
+    ("int32 xlog1py", torch.special.xlog1py, [wrap(i32), R_F32], 1),
+    (
+        "int8 _foreach_mul float",
+        lambda x: torch._foreach_mul([x], 0.5)[0],
+        [wrap(i8)],
+        1,
+    ),
+    ("bool _foreach_mul int", lambda x: torch._foreach_mul([x], 2)[0], [wrap(B)], 1),
+    (
+        "int32 _foreach_mul float Replicate",
+        lambda x, r: torch._foreach_mul([x], [r])[0],
+        [wrap(i32), R_F32],
+        1,
+    ),
+    ("int64 _foreach_div", lambda x: torch._foreach_div([x], 2)[0], [wrap(i64)], 1),
+    # Not only integers: the reduction's dtype is a cast of each rank's value.
+    ("float32 sum(dtype=int32)", lambda x: x.sum(dtype=i32), [wrap(f32)], 1),
+    (
+        "float32 avg mean(dtype=float16)",
+        lambda x: x.mean(dtype=f16),
+        [P(f32, [70000.0, 1.0], [-70000.0, 3.0], "avg")],
+        1,
+    ),
+]
+
+# Ops that compute in the input's dtype keep the Partial, with no collective.
+KEPT = [
+    ("int64 sum", lambda x: x.sum(), [wrap(i64)]),
+    ("int64 cumsum", lambda x: x.cumsum(0), [wrap(i64)]),
+    ("int8 mul int", lambda x: x * 2, [wrap(i8)]),
+    ("bool mul True", lambda x: x * True, [wrap(B)]),
+    ("int8 add int8 Partial", operator.add, [wrap(i8), wrap(i8)]),
+    ("bool add bool Partial", operator.add, [wrap(B), wrap(B)]),
+    ("int16 sum(dtype=int8)", lambda x: x.sum(dtype=i8), [wrap(i16)]),
+    ("float32 mul float", lambda x: x * 0.5, [wrap(f32)]),
+    ("float32 div", lambda x: x / 3, [wrap(f32)]),
+    ("float32 sum", lambda x: x.sum(), [wrap(f32)]),
+    (
+        "float16 sum(dtype=float32)",
+        lambda x: x.sum(dtype=f32),
+        [P(f16, [[1.5, 2.0]], [[0.25, 3.0]])],
+    ),
+    ("float32 mul int32 Replicate", lambda x, r: x * r, [wrap(f32), R(i32, [3])]),
+]
+
+# gloo cannot all-reduce int16 ("Invalid scalar type", on main too); the
+# LocalTensor twin checks those cases.
+GLOO_CANNOT_REDUCE = (torch.int16,)
+
+
+def reduced_value(operand):
+    kind, reduce_op, dtype, values = operand
+    if kind == "R":
+        return torch.tensor(values, dtype=dtype)
+    per_rank = [torch.tensor(v, dtype=dtype) for v in values]
+    if reduce_op == "avg":
+        return functools.reduce(operator.add, per_rank) / len(per_rank)
+    # c10d's sum: in the dtype, so int8 wraps and bool saturates (add is or)
+    return functools.reduce(operator.add, per_rank)
+
+
+class DistPartialSumPromotionTest(DTensorContinuousTestBase):
+    world_size = 2
+
+    def _dtensor(self, mesh, operand):
+        kind, reduce_op, dtype, values = operand
+        if kind == "R":
+            return DTensor.from_local(
+                torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
+            )
+        local = map_local_for_rank(
+            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
+        )
+        return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+
+    def _check(self, mesh, name, fn, operands, placement, collectives):
+        if dist.get_backend() == "gloo" and any(
+            o[2] in GLOO_CANNOT_REDUCE for o in operands
+        ):
+            return  # the LocalTensor twin checks this case
+        truth = fn(*[reduced_value(o) for o in operands])
+        inputs = [self._dtensor(mesh, o) for o in operands]
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            out = fn(*inputs)
+        full = out.full_tensor()
+        self.assertEqual(full.dtype, truth.dtype, msg=name)
+        exact = not operands[0][2].is_floating_point
+        tol = {"atol": 0, "rtol": 0} if exact else {}
+        self.assertEqual(full, truth, equal_nan=True, msg=name, **tol)
+        self.assertEqual(out.placements, (placement,), msg=name)
+        self.assertEqual(comm_mode.get_total_counts(), collectives, msg=name)
+
+    def test_an_op_that_promotes_reduces_first(self):
+        mesh = self.build_device_mesh()
+        for name, fn, operands, collectives in REDUCED:
+            with self.subTest(name):
+                self._check(mesh, name, fn, operands, Replicate(), collectives)
+
+    def test_an_op_in_the_input_dtype_keeps_the_partial(self):
+        mesh = self.build_device_mesh()
+        for name, fn, operands in KEPT:
+            with self.subTest(name):
+                self._check(mesh, name, fn, operands, Partial(), 0)
+
+    def test_cached_plans_tell_the_accumulation_dtype_apart(self):
+        # The dtype kwarg is part of the sharding cache key: a sum() plan kept
+        # for int64 must not serve sum(dtype=float32), which rounds each rank's
+        # value. Foreach scalars are not (they change every step): a foreach op
+        # on an integer Partial reduces it whatever the scalar.
+        mesh = self.build_device_mesh()
+        x = wrap(i64)
+        self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
+        self._check(
+            mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1
+        )
+        for scalar in (2, 0.5):
+            self._check(
+                mesh,
+                f"_foreach_mul({scalar})",
+                lambda t, s=scalar: torch._foreach_mul([t], s)[0],
+                [x],
+                Replicate(),
+                1,
+            )
+
+
+DistPartialSumPromotionTestWithLocalTensor = create_local_tensor_test_class(
+    DistPartialSumPromotionTest, base_class=LocalDTensorContinuousTestBase
+)
+
+
+if __name__ == "__main__":
+    run_tests()
