@@ -13,20 +13,28 @@ only one rank holds the split stages; find_unused_parameters works under
 ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused). DDP mixed precision runs only where
 an accelerator is available (DDP casts parameters on an accelerator stream).
 
+The same checks run for DDP's Python reducer (values only), and the refusals
+also for a _PipelineScheduleRuntime that loads the schedule's compute+comms CSV.
+
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
-gradient accumulation across steps under the user's no_sync() (no communication
-in that step, the right sum after the next), manual finalization by the user
-after step() (refused with scale_grads=True, right with scale_grads=False), and a
-stage with a dw_builder under a split backward (refused)."""
+gradient accumulation across steps under the user's no_sync() (the schedule
+reduces in that step as it did before, the right sum after the next), manual
+finalization by the user after step() (refused with scale_grads=True, right with
+scale_grads=False), a stage with a dw_builder under a split backward (refused),
+and a step after one that raised because a parameter got no gradient in a split
+last backward (DDP left as it was: the next steps reduce right)."""
 
 import contextlib
+import os
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
+    _PipelineScheduleRuntime,
     ScheduleDualPipeV,
     ScheduleInterleaved1F1B,
     ScheduleInterleavedZeroBubble,
@@ -64,6 +72,9 @@ CONFIGS = {
             buffer_dtype=torch.float64,
         )
     },
+    # DDP's Python reducer (torch._dynamo.config.optimize_ddp), which refuses
+    # manual finalization: W reduces with DDP's own finalization then.
+    "python_reducer": {},
 }
 # Options refused where a stage's last backward is split, by schedule; their error
 # names the option. DualPipeV with every stage on one rank ends each stage with a
@@ -77,20 +88,26 @@ UNUSED = {"find_unused_parameters", "unused_parameter", "unused_parameter_stale_
 
 
 class Block(torch.nn.Module):
-    def __init__(self, with_unused: bool = False):
+    def __init__(self, with_unused: bool = False, with_extra: bool = False):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(DIM, DIM, dtype=torch.float64) * 0.5)
         self.b = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64) * 0.1)
         if with_unused:
             self.unused = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64))
+        # used only while use_extra is True
+        self.use_extra = with_extra
+        if with_extra:
+            self.extra = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64))
 
     def forward(self, x):
+        if self.use_extra:
+            x = x + self.extra
         return torch.tanh(x @ self.w + self.b)
 
 
-def build(n_stages, with_unused=False):
+def build(n_stages, with_unused=False, extra_stage=None):
     torch.manual_seed(0)
-    return [Block(with_unused) for _ in range(n_stages)]
+    return [Block(with_unused, i == extra_stage) for i in range(n_stages)]
 
 
 def loss_fn(output, target):
@@ -104,9 +121,9 @@ def data(step, dp_rank):
     return x, y
 
 
-def reference_grads(step, n_stages, with_unused=False):
+def reference_grads(step, n_stages, with_unused=False, extra_stage=None):
     """Gradients of one process running the whole model, averaged over replicas."""
-    modules = build(n_stages, with_unused)
+    modules = build(n_stages, with_unused, extra_stage)
     for dp_rank in range(DP):
         x, y = data(step, dp_rank)
         for xm, ym in zip(
@@ -128,22 +145,30 @@ class ScheduleDDPTest(MultiProcessTestCase):
         super().setUp()
         self._spawn_processes()
 
-    def _run_schedule(self, schedule_cls, config, dp_group, pp_group):
+    def _run_schedule(self, schedule_cls, config, dp_group, pp_group, csv=False):
         n_stages = SCHEDULES[schedule_cls]
         with_unused = config in UNUSED
         modules = build(n_stages, with_unused)
         events = []  # ("acc", stage, name) and ("comm", stage, bucket), in order
         stages = []
+        # DDP's Python reducer takes no bucket comm hook: values only.
+        values_only = config in ("mixed_precision", "python_reducer")
         for i, module in enumerate(modules):
-            ddp = DDP(
-                module, process_group=dp_group, bucket_cap_mb=1e-6, **CONFIGS[config]
-            )
+            with torch._dynamo.config.patch(
+                optimize_ddp="python_reducer" if config == "python_reducer" else True
+            ):
+                ddp = DDP(
+                    module,
+                    process_group=dp_group,
+                    bucket_cap_mb=1e-6,
+                    **CONFIGS[config],
+                )
 
             def comm_hook(state, bucket, i=i):
                 events.append(("comm", i, bucket.index()))
                 return default_hooks.allreduce_hook(state, bucket)
 
-            if config != "mixed_precision":  # DDP registers its own hook then
+            if not values_only:  # DDP registers its own hook for mixed precision
                 ddp.register_comm_hook(dp_group, comm_hook)
             for name, p in module.named_parameters():
                 p.register_post_accumulate_grad_hook(
@@ -153,6 +178,16 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 PipelineStage(ddp, i, n_stages, torch.device("cpu"), group=pp_group)
             )
         schedule = schedule_cls(stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+        if csv:
+            # The same order, run by a runtime that loads its compute+comms CSV
+            # (it executes pipeline_order_with_comms; pipeline_order stays empty).
+            path = f"{self.file_name}.{self.rank}.csv"
+            schedule._dump_csv(path, format="compute_comms")
+            schedule = _PipelineScheduleRuntime(
+                stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+            )
+            schedule._load_csv(path, format="compute_comms")
+            os.remove(path)
         if config == "unused_parameter_stale_grad":
             for module in modules:
                 module.unused.grad = torch.ones_like(module.unused)
@@ -161,7 +196,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
             # in that step; after a fused last backward (DualPipeV ends with one),
             # DDP raises at the next forward, as without pipelining.
             expected = (
-                (0, "finalize_backward\\(\\) called before all DDP buckets were ready")
+                (0, r"parameters \['unused'\] .* get no gradient in its last backward")
                 if schedule_cls
                 in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble)
                 else (1, "Expected to have finished reduction in the prior iteration")
@@ -198,7 +233,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 ):
                     torch.testing.assert_close(p.grad, ref.grad, msg=f"{msg} {name}")
                     p.grad = None
-                if config == "mixed_precision":
+                if values_only:
                     continue
                 mine = [e for e in events if e[1] == i]
                 comms = [e[2] for e in mine if e[0] == "comm"]
@@ -238,6 +273,18 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 with self.subTest(config=config, schedule=schedule_cls.__name__):
                     self._run_schedule(schedule_cls, config, *groups)
                 dist.barrier()
+        # The refusals hold for the actions a runtime executes: its compute+comms
+        # order loaded from a CSV (without them, find_unused_parameters fails
+        # mid-step with "Expected to mark a variable ready only once").
+        for config, schedule_cls in (
+            ("default", ScheduleZBVZeroBubble),
+            ("find_unused_parameters", ScheduleZBVZeroBubble),
+            ("find_unused_parameters", ScheduleInterleavedZeroBubble),
+            ("static_graph", ScheduleZBVZeroBubble),
+        ):
+            with self.subTest(config=config, schedule=schedule_cls.__name__, csv=True):
+                self._run_schedule(schedule_cls, config, *groups, csv=True)
+            dist.barrier()
         dist.destroy_process_group()
 
     def test_ddp_find_unused_split_last_backward_pp2(self):
@@ -346,9 +393,10 @@ class ScheduleDDPTest(MultiProcessTestCase):
 
     def _usage_step(self, case, schedule_cls, dp_group, pp_group):
         n_stages = SCHEDULES[schedule_cls]
-        modules = build(n_stages)
+        extra_stage = n_stages - 1 if case == "unused_then_used" else None
+        modules = build(n_stages, extra_stage=extra_stage)
         comms = []
-        ddps, stages = [], []
+        ddps = []
         for i, module in enumerate(modules):
             ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
 
@@ -360,21 +408,26 @@ class ScheduleDDPTest(MultiProcessTestCase):
             if case.startswith("manual"):
                 ddp.require_manual_backward_finalization = True
             ddps.append(ddp)
-            extra = {"dw_builder": lambda: lambda: None} if case == "dw_builder" else {}
-            stages.append(
+        scale_grads = case in ("manual_scale_grads", "dw_builder")
+        extra = {"dw_builder": lambda: lambda: None} if case == "dw_builder" else {}
+
+        def make_schedule():
+            stages = [
                 PipelineStage(
                     ddp, i, n_stages, torch.device("cpu"), group=pp_group, **extra
                 )
+                for i, ddp in enumerate(ddps)
+            ]
+            return schedule_cls(
+                stages,
+                n_microbatches=N_MICROBATCHES,
+                loss_fn=loss_fn
+                if scale_grads
+                else (lambda out, target: loss_fn(out, target) / N_MICROBATCHES),
+                scale_grads=scale_grads,
             )
-        scale_grads = case in ("manual_scale_grads", "dw_builder")
-        schedule = schedule_cls(
-            stages,
-            n_microbatches=N_MICROBATCHES,
-            loss_fn=loss_fn
-            if scale_grads
-            else (lambda out, target: loss_fn(out, target) / N_MICROBATCHES),
-            scale_grads=scale_grads,
-        )
+
+        schedule = make_schedule()
         refused = {"manual_scale_grads": "require_manual_backward_finalization=True"}
         if schedule_cls in SPLIT:
             refused["dw_builder"] = "dw_builder"
@@ -385,29 +438,51 @@ class ScheduleDDPTest(MultiProcessTestCase):
             self.assertEqual(comms, [])
             return
         reference = None
-        for step in range(N_STEPS):
+        for step in range(N_STEPS + (case == "unused_then_used")):
             x, y = data(step, self.rank)
             comms.clear()
-            if case == "no_sync" and step == 0:
-                with contextlib.ExitStack() as stack:
+            if case == "unused_then_used" and step == 0:
+                # The last stage's extra parameter gets no gradient: its last W
+                # (split) raises before anything is armed or set, on both ranks.
+                modules[-1].use_extra = False
+                with self.assertRaisesRegex(
+                    RuntimeError, r"parameters \['extra'\] .* get no gradient"
+                ):
+                    schedule.step(x, target=y)
+                self.assertEqual([c for c in comms if c[0] == n_stages - 1], [])
+                for ddp in ddps:
+                    self.assertFalse(ddp.require_manual_backward_finalization)
+                for module in modules:
+                    for p in module.parameters():
+                        p.grad = None
+                modules[-1].use_extra = True
+                # Pipelining needs new stages and a new schedule after a step
+                # that raised; the DDP modules are reused as they are.
+                schedule = make_schedule()
+                continue
+            with contextlib.ExitStack() as stack:
+                if case == "no_sync" and step == 0:
                     for ddp in ddps:
                         stack.enter_context(ddp.no_sync())
-                    schedule.step(x, target=y)
-                self.assertEqual(comms, [], msg=f"{case}, step {step}")
-                continue
-            schedule.step(x, target=y)
+                schedule.step(x, target=y)
             if case == "manual":
                 for ddp in ddps:
                     ddp.finalize_backward()
             n_buckets = [
                 len(ddp.reducer._get_zeros_like_grad_buckets()) for ddp in ddps
             ]
+            # Also in a step under the user's no_sync(): the schedule arms the
+            # reducer at each stage's last backward regardless, as before (a W
+            # then with DDP's own finalization); the values stay right for an
+            # averaging hook.
             self.assertEqual(
                 sorted(comms),
                 [(i, b) for i, n in enumerate(n_buckets) for b in range(n)],
                 msg=f"{case}, step {step}: each bucket reduced once",
             )
-            reference = reference_grads(step, n_stages)
+            if case == "no_sync" and step == 0:
+                continue
+            reference = reference_grads(step, n_stages, extra_stage=extra_stage)
             if case == "no_sync":  # step 0's gradients were accumulated
                 for ref, ref0 in zip(
                     reference, reference_grads(0, n_stages), strict=True
@@ -432,10 +507,21 @@ class ScheduleDDPTest(MultiProcessTestCase):
         )
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         groups = mesh.get_group("dp"), mesh.get_group("pp")
-        for case in ("no_sync", "manual", "manual_scale_grads", "dw_builder"):
+        for case in (
+            "no_sync",
+            "manual",
+            "manual_scale_grads",
+            "dw_builder",
+            "unused_then_used",
+        ):
             for schedule_cls in SCHEDULES:
                 if case == "dw_builder" and schedule_cls not in SPLIT:
                     continue
+                if case == "unused_then_used" and schedule_cls not in (
+                    ScheduleZBVZeroBubble,
+                    ScheduleInterleavedZeroBubble,
+                ):
+                    continue  # the last stage's last backward is fused there
                 with self.subTest(case=case, schedule=schedule_cls.__name__):
                     self._usage_step(case, schedule_cls, *groups)
                 dist.barrier()
