@@ -105,7 +105,30 @@ REDUCED = [
         [P(f32, [70000.0, 1.0], [-70000.0, 3.0], "avg")],
         1,
     ),
+    # A 0-dim operand does not decide the dtype: a 0-dim float32 with a 1-D
+    # float16 or bfloat16 operand computes in the narrower dtype.
+    (
+        "0-dim float32 add 1-D float16 Replicate",
+        operator.add,
+        [P(f32, 70000.0, -70000.0), R(f16, [1.0, 2.0])],
+        1,
+    ),
+    (
+        "0-dim float32 mul 1-D bfloat16 Replicate",
+        operator.mul,
+        [P(f32, 100.3, -100.0), R(torch.bfloat16, [1.0, 3.0])],
+        1,
+    ),
 ]
+
+
+def _inplace_foreach_mul(scalar):
+    def fn(x):
+        torch._foreach_mul_([x], scalar)
+        return x
+
+    return fn
+
 
 # Ops that compute in the input's dtype keep the Partial, with no collective.
 KEPT = [
@@ -125,6 +148,12 @@ KEPT = [
         [P(f16, [[1.5, 2.0]], [[0.25, 3.0]])],
     ),
     ("float32 mul int32 Replicate", lambda x, r: x * r, [wrap(f32), R(i32, [3])]),
+    # An in-place op computes into its self's dtype, whatever its scalar or
+    # its other operand's dtype (int32 wraps into int8 like the pending sum).
+    ("int8 _foreach_mul_ int", _inplace_foreach_mul(2), [wrap(i8)]),
+    ("int64 _foreach_mul_ [int]", _inplace_foreach_mul([3]), [wrap(i64)]),
+    ("bool _foreach_mul_ True", _inplace_foreach_mul(True), [wrap(B)]),
+    ("int8 add_ int32 Partial", lambda x, y: x.add_(y), [wrap(i8), wrap(i32)]),
 ]
 
 # gloo cannot all-reduce int16 ("Invalid scalar type", on main too); the
@@ -188,10 +217,11 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 self._check(mesh, name, fn, operands, Partial(), 0)
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
-        # The dtype kwarg is part of the sharding cache key: a sum() plan kept
-        # for int64 must not serve sum(dtype=float32), which rounds each rank's
-        # value. Foreach scalars are not (they change every step): a foreach op
-        # on an integer Partial reduces it whatever the scalar.
+        # The dtype kwarg is part of the sharding cache key (the PR before this
+        # one): a sum() plan kept for int64 must not serve sum(dtype=float32),
+        # which rounds each rank's value. Foreach scalars are not (they change
+        # every step): an out-of-place foreach op on an integer Partial reduces
+        # it whatever the scalar.
         mesh = self.build_device_mesh()
         x = wrap(i64)
         self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
