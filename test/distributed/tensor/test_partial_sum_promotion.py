@@ -119,6 +119,10 @@ REDUCED = [
         [P(f32, 100.3, -100.0), R(torch.bfloat16, [1.0, 3.0])],
         1,
     ),
+    # An integer average truncates, so it is not linear even in its own dtype:
+    # twice the average of [1, 2] and [2, 4] is [2, 6], not [3, 6].
+    ("int8 avg mul int", lambda x: x * 2, [P(i8, [1, 2], [2, 4], "avg")], 1),
+    ("int64 avg cumsum", lambda x: x.cumsum(0), [P(i64, [1, 1], [0, 0], "avg")], 1),
 ]
 
 
@@ -167,7 +171,10 @@ def reduced_value(operand):
         return torch.tensor(values, dtype=dtype)
     per_rank = [torch.tensor(v, dtype=dtype) for v in values]
     if reduce_op == "avg":
-        return functools.reduce(operator.add, per_rank) / len(per_rank)
+        total = functools.reduce(operator.add, per_rank)
+        if dtype.is_floating_point:
+            return total / len(per_rank)
+        return total // len(per_rank)  # the cases' sums are not negative
     # c10d's sum: in the dtype, so int8 wraps and bool saturates (add is or)
     return functools.reduce(operator.add, per_rank)
 
@@ -215,6 +222,36 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         for name, fn, operands in KEPT:
             with self.subTest(name):
                 self._check(mesh, name, fn, operands, Partial(), 0)
+
+    def test_an_out_of_another_dtype(self):
+        # out= casts each rank's result: int8 + int8 wraps in int8 before the
+        # int32 out, so a pending sum cannot be written into a Partial int32
+        # out (it raises rather than return [-112, -232, 6] for [-112, 24, 6]);
+        # a Replicate out gets the reduced value.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        x = wrap(i8)
+        truth = (reduced_value(x) + reduced_value(x)).to(i32)
+        zeros = [[0, 0], [0, 0]]
+        out = self._dtensor(mesh, P(i32, zeros, zeros))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.add(self._dtensor(mesh, x), self._dtensor(mesh, x), out=out)
+        out = self._dtensor(mesh, R(i32, zeros))
+        torch.add(self._dtensor(mesh, x), self._dtensor(mesh, x), out=out)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A widening float out keeps the pending sum.
+        y = wrap(f32)
+        out = self._dtensor(mesh, P(torch.float64, zeros, zeros))
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            torch.add(self._dtensor(mesh, y), self._dtensor(mesh, y), out=out)
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(
+            out.full_tensor(), (reduced_value(y) + reduced_value(y)).double()
+        )
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
