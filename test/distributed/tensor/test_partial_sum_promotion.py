@@ -195,9 +195,14 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
         if dist.get_backend() == "gloo" and any(
-            o[2] in GLOO_CANNOT_REDUCE for o in operands
+            o[2] in GLOO_CANNOT_REDUCE
+            or (o[1] == "avg" and not o[2].is_floating_point)
+            for o in operands
         ):
-            return  # the LocalTensor twin checks this case
+            # the LocalTensor twin checks this case (reducing an integer
+            # Partial("avg") over gloo raises "result type Float can't be
+            # cast to the desired output type")
+            return
         truth = fn(*[reduced_value(o) for o in operands])
         inputs = [self._dtensor(mesh, o) for o in operands]
         comm_mode = CommDebugMode()
