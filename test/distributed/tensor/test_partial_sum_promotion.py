@@ -105,7 +105,34 @@ REDUCED = [
         [P(f32, [70000.0, 1.0], [-70000.0, 3.0], "avg")],
         1,
     ),
+    # A 0-dim operand does not decide the dtype: a 0-dim float32 with a 1-D
+    # float16 or bfloat16 operand computes in the narrower dtype.
+    (
+        "0-dim float32 add 1-D float16 Replicate",
+        operator.add,
+        [P(f32, 70000.0, -70000.0), R(f16, [1.0, 2.0])],
+        1,
+    ),
+    (
+        "0-dim float32 mul 1-D bfloat16 Replicate",
+        operator.mul,
+        [P(f32, 100.3, -100.0), R(torch.bfloat16, [1.0, 3.0])],
+        1,
+    ),
+    # An integer average truncates, so it is not linear even in its own dtype:
+    # twice the average of [1, 2] and [2, 4] is [2, 6], not [3, 6].
+    ("int8 avg mul int", lambda x: x * 2, [P(i8, [1, 2], [2, 4], "avg")], 1),
+    ("int64 avg cumsum", lambda x: x.cumsum(0), [P(i64, [1, 1], [0, 0], "avg")], 1),
 ]
+
+
+def _inplace_foreach_mul(scalar):
+    def fn(x):
+        torch._foreach_mul_([x], scalar)
+        return x
+
+    return fn
+
 
 # Ops that compute in the input's dtype keep the Partial, with no collective.
 KEPT = [
@@ -125,6 +152,12 @@ KEPT = [
         [P(f16, [[1.5, 2.0]], [[0.25, 3.0]])],
     ),
     ("float32 mul int32 Replicate", lambda x, r: x * r, [wrap(f32), R(i32, [3])]),
+    # An in-place op computes into its self's dtype, whatever its scalar or
+    # its other operand's dtype (int32 wraps into int8 like the pending sum).
+    ("int8 _foreach_mul_ int", _inplace_foreach_mul(2), [wrap(i8)]),
+    ("int64 _foreach_mul_ [int]", _inplace_foreach_mul([3]), [wrap(i64)]),
+    ("bool _foreach_mul_ True", _inplace_foreach_mul(True), [wrap(B)]),
+    ("int8 add_ int32 Partial", lambda x, y: x.add_(y), [wrap(i8), wrap(i32)]),
 ]
 
 # gloo cannot all-reduce int16 ("Invalid scalar type", on main too); the
@@ -138,7 +171,10 @@ def reduced_value(operand):
         return torch.tensor(values, dtype=dtype)
     per_rank = [torch.tensor(v, dtype=dtype) for v in values]
     if reduce_op == "avg":
-        return functools.reduce(operator.add, per_rank) / len(per_rank)
+        total = functools.reduce(operator.add, per_rank)
+        if dtype.is_floating_point:
+            return total / len(per_rank)
+        return total // len(per_rank)  # the cases' sums are not negative
     # c10d's sum: in the dtype, so int8 wraps and bool saturates (add is or)
     return functools.reduce(operator.add, per_rank)
 
@@ -159,9 +195,14 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
         if dist.get_backend() == "gloo" and any(
-            o[2] in GLOO_CANNOT_REDUCE for o in operands
+            o[2] in GLOO_CANNOT_REDUCE
+            or (o[1] == "avg" and not o[2].is_floating_point)
+            for o in operands
         ):
-            return  # the LocalTensor twin checks this case
+            # the LocalTensor twin checks this case (reducing an integer
+            # Partial("avg") over gloo raises "result type Float can't be
+            # cast to the desired output type")
+            return
         truth = fn(*[reduced_value(o) for o in operands])
         inputs = [self._dtensor(mesh, o) for o in operands]
         comm_mode = CommDebugMode()
@@ -187,11 +228,42 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             with self.subTest(name):
                 self._check(mesh, name, fn, operands, Partial(), 0)
 
+    def test_an_out_of_another_dtype(self):
+        # out= casts each rank's result: int8 + int8 wraps in int8 before the
+        # int32 out, so a pending sum cannot be written into a Partial int32
+        # out (it raises rather than return [-112, -232, 6] for [-112, 24, 6]);
+        # a Replicate out gets the reduced value.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        x = wrap(i8)
+        truth = (reduced_value(x) + reduced_value(x)).to(i32)
+        zeros = [[0, 0], [0, 0]]
+        out = self._dtensor(mesh, P(i32, zeros, zeros))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.add(self._dtensor(mesh, x), self._dtensor(mesh, x), out=out)
+        out = self._dtensor(mesh, R(i32, zeros))
+        torch.add(self._dtensor(mesh, x), self._dtensor(mesh, x), out=out)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A widening float out keeps the pending sum.
+        y = wrap(f32)
+        out = self._dtensor(mesh, P(torch.float64, zeros, zeros))
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            torch.add(self._dtensor(mesh, y), self._dtensor(mesh, y), out=out)
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(
+            out.full_tensor(), (reduced_value(y) + reduced_value(y)).double()
+        )
+
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
-        # The dtype kwarg is part of the sharding cache key: a sum() plan kept
-        # for int64 must not serve sum(dtype=float32), which rounds each rank's
-        # value. Foreach scalars are not (they change every step): a foreach op
-        # on an integer Partial reduces it whatever the scalar.
+        # The dtype kwarg is part of the sharding cache key (the PR before this
+        # one): a sum() plan kept for int64 must not serve sum(dtype=float32),
+        # which rounds each rank's value. Foreach scalars are not (they change
+        # every step): an out-of-place foreach op on an integer Partial reduces
+        # it whatever the scalar.
         mesh = self.build_device_mesh()
         x = wrap(i64)
         self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
