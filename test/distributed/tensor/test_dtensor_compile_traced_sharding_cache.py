@@ -10,6 +10,8 @@ fake process group is enough (propagation runs at compile time).
 """
 
 import gc
+import queue
+import threading
 from unittest import mock
 
 import torch
@@ -160,6 +162,83 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
             ):
                 self.assertEqual(placements(x), (Replicate(), Replicate()))
             self.assertEqual(placements(x), (Shard(0), Replicate()))
+
+    def test_mode_kept_across_traces_sees_restored_sub_op_strategy(self):
+        # An op without a strategy of its own, propagated by decomposing it
+        # (DecompShardingStrategy), depends on its sub-ops' strategies: swapping
+        # and restoring one of those must reach it as well.
+        def replicate_only(op, args_schema, kwargs_schema):
+            return []
+
+        aten = torch.ops.aten
+        for op, sub_op in [
+            (aten.hardswish.default, aten.clamp.default),
+            (aten.glu.default, aten.mul.Tensor),
+        ]:
+            with self.subTest(op=str(op), sub_op=str(sub_op)):
+                _clear_sharding_prop_cache()
+
+                def placements(x, op=op):
+                    seen = []
+
+                    def g(x):
+                        y = op(x)
+                        seen.append(y.placements)
+                        return y
+
+                    make_fx(g)(x)
+                    return seen[0]
+
+                with FakeTensorMode():
+                    x = DTensor.from_local(
+                        torch.empty(2, 8),
+                        self.mesh,
+                        [Shard(0), Replicate()],
+                        run_check=False,
+                    )
+                    self.assertEqual(placements(x), (Shard(0), Replicate()))
+                    with _single_dim_strategy_context(sub_op, replicate_only):
+                        self.assertEqual(placements(x), (Replicate(), Replicate()))
+                    self.assertEqual(placements(x), (Shard(0), Replicate()))
+
+    def test_clear_reaches_a_trace_on_another_thread(self):
+        # _clear_sharding_prop_cache() on one thread empties the traced results
+        # of a FakeTensorMode that another thread holds across traces.
+        requests, replies = queue.Queue(), queue.Queue()
+
+        def worker():
+            with FakeTensorMode():
+                x = DTensor.from_local(
+                    torch.empty(2, 4), self.mesh, [Shard(0), Replicate()], run_check=False
+                )
+                while requests.get():
+                    calls = []
+                    real = ShardingPropagator.propagate_op_sharding_non_cached
+
+                    def counting(propagator, op_schema):
+                        if op_schema.op is torch.ops.aten.relu.default:
+                            calls.append(op_schema)
+                        return real(propagator, op_schema)
+
+                    with mock.patch.object(
+                        ShardingPropagator, "propagate_op_sharding_non_cached", counting
+                    ):
+                        make_fx(torch.relu)(x)
+                    replies.put(len(calls))
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        try:
+            requests.put(True)
+            self.assertEqual(replies.get(timeout=120), 1)
+            requests.put(True)  # same mode, nothing cleared: reused
+            self.assertEqual(replies.get(timeout=120), 0)
+            _clear_sharding_prop_cache()
+            requests.put(True)
+            self.assertEqual(replies.get(timeout=120), 1)
+        finally:
+            requests.put(False)
+            thread.join()
 
     def test_entries_do_not_outlive_their_trace(self):
         # Recompiling the same function after a reset keeps one trace's entries,
