@@ -209,7 +209,10 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
         def worker():
             with FakeTensorMode():
                 x = DTensor.from_local(
-                    torch.empty(2, 4), self.mesh, [Shard(0), Replicate()], run_check=False
+                    torch.empty(2, 4),
+                    self.mesh,
+                    [Shard(0), Replicate()],
+                    run_check=False,
                 )
                 while requests.get():
                     calls = []

@@ -195,8 +195,7 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
         if dist.get_backend() == "gloo" and any(
-            o[2] in GLOO_CANNOT_REDUCE
-            or (o[1] == "avg" and not o[2].is_floating_point)
+            o[2] in GLOO_CANNOT_REDUCE or (o[1] == "avg" and not o[2].is_floating_point)
             for o in operands
         ):
             # the LocalTensor twin checks this case (reducing an integer

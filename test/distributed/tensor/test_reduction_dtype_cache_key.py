@@ -22,7 +22,9 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
 
 
 INT = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9], [2, 1, 3]])
-FLOAT = torch.tensor([[1.5, 2.5, 0.5], [3.5, 0.5, 1.0], [2.0, 1.0, 4.0], [0.5, 1.5, 2.5]])
+FLOAT = torch.tensor(
+    [[1.5, 2.5, 0.5], [3.5, 0.5, 1.0], [2.0, 1.0, 4.0], [0.5, 1.5, 2.5]]
+)
 
 # (name, input, op(x, dtype) where dtype None leaves the kwarg out, dtypes in call order)
 CASES = [
@@ -40,7 +42,12 @@ CASES = [
         lambda x, d: torch.linalg.vector_norm(x, 2, dtype=d),
         (torch.float64,),
     ),
-    ("linalg.norm", FLOAT, lambda x, d: torch.linalg.norm(x, dtype=d), (torch.float64,)),
+    (
+        "linalg.norm",
+        FLOAT,
+        lambda x, d: torch.linalg.norm(x, dtype=d),
+        (torch.float64,),
+    ),
 ]
 
 
