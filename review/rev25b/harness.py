@@ -5,9 +5,7 @@ query returns the rule alone, and the validator's per-sample path
 
 Plain python = stock torch; under `python -m tools.cli run --` = the overlay."""
 import os
-import sys
 
-import torch
 import torch.distributed as dist
 
 

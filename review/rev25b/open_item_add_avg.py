@@ -7,12 +7,12 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, "/work/wt-rev25b")
-from tools import mutations as M  # noqa: E402
-
 import torch.distributed.tensor._ops.strategy_validation as sv  # noqa: E402
 from torch.distributed._local_tensor import LocalTensorMode  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor.placement_types import Partial  # noqa: E402
+
+from tools import mutations as M  # noqa: E402
 
 WS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 M._setup_sizes()

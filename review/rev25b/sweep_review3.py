@@ -17,7 +17,8 @@ for ws in (2, 3):
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "corpus.json"
         path.write_text(json.dumps({**corpus, "world_size": ws, "entries": subset}))
-        import contextlib, io
+        import contextlib
+        import io
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             code = sweep_mutations(REPO, Path(scratch), corpus_path=path)
