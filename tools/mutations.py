@@ -645,6 +645,8 @@ def _constructed_review3(name: str):
         return aten.amax.default, (flags, [1]), {}
     if op == "booleq0":
         return aten.eq.Scalar, (flags, 0), {}
+    if op == "u8sign":  # uint8 without 0 or 255: the split never holds a zero
+        return aten.sign.default, (torch.randint(1, 255, (6, 6), generator=g3).to(torch.uint8),), {}
     if op == "bf16f32add":  # a bfloat16 P(sum) operand, a float32 R one
         torch.rand(12, generator=g3)
         xb = (torch.rand(4, 4, generator=g3) + 2).to(torch.bfloat16)
@@ -686,6 +688,9 @@ REVIEW3 = (
        "LocalTensor's or-like avg and accepted")
       for op, fam, src in (("boolclone", "unary", "sum"), ("boolamax", "reduction", "max"),
                            ("booleq0", "binary", "min"))],
+    ("review3-u8sign-sum-r", "unary", "uint8", (("P(sum)",), ("R",)),
+     _R3 + "Partial-input PR: the integer sum split never puts a zero on a rank "
+     "(uint8: rank 0 holds 2x + 1 or -1, the others x + 1 or -(x + 1))"),
     ("review3-bf16f32add-sum-sum", "binary", "bfloat16", (("P(sum)", "R"), ("P(sum)",)),
      _R3 + "tolerance PR: a bfloat16 P(sum) operand sets 4 bf16 ulps of the whole "
      "float32 output's per-rank magnitude"),

@@ -25,6 +25,7 @@ RIGHT = {  # a right rule on the same sample, as a control of stock's signal
     "review3-boolamax-max-avg": (("P(max)",), ("P(max)",)),
     "review3-booleq0-min-avg": (("P(min)",), ("P(sum)",)),
     "review3-bf16f32add-sum-sum": (("P(sum)", "P(sum)"), ("P(sum)",)),
+    "review3-u8sign-sum-r": (("S(0)",), ("S(0)",)),
 }
 only = sys.argv[1:]
 cases = []
