@@ -347,5 +347,88 @@ class WrongRuleTest(TestCase):
                     self.assertTrue(self.judge(op, args, (ins, (out,)), world_size))
 
 
+class ReviewRev25bTest(TestCase):
+    """Wrong rules of the cold review rev25b, rejected at 2 and 3 ranks; the right
+    rules of the same samples stay accepted."""
+
+    judge = WrongRuleTest.judge
+
+    def test_review_rev25b_wrong_rules(self):
+        g = torch.Generator().manual_seed(3)
+        # x and y share the prime 17 (factors 2 to 13 only missed it)
+        a = torch.tensor(
+            [[289, 323, 17 * 17 * 19, 361], [17, 19 * 19, 23 * 23, 29 * 29]]
+        )
+        b = torch.tensor([[17, 17, 17, 19], [17, 19, 23, 29]])
+        flags = torch.rand(6, 6, generator=g) > 0.5
+        # uint8 without 0 or 255: the integer sum split never held a zero
+        u = torch.randint(1, 255, (6, 6), generator=g).to(torch.uint8)
+        P, R = Partial, Replicate()
+        wrong = {
+            "gcd common prime 17": (
+                aten.gcd.default,
+                (a, b),
+                ((P("product"), R), (P("product"),)),
+            ),
+            "bool clone P(sum) -> P(avg)": (
+                aten.clone.default,
+                (flags,),
+                ((P("sum"),), (P("avg"),)),
+            ),
+            "bool amax P(max) -> P(avg)": (
+                aten.amax.default,
+                (flags, [1]),
+                ((P("max"),), (P("avg"),)),
+            ),
+            "bool eq0 P(min) -> P(avg)": (
+                aten.eq.Scalar,
+                (flags, 0),
+                ((P("min"),), (P("avg"),)),
+            ),
+            "uint8 sign P(sum) -> R": (aten.sign.default, (u,), ((P("sum"),), (R,))),
+            "int64 sign P(sum) -> R": (aten.sign.default, (a,), ((P("sum"),), (R,))),
+        }
+        right = {
+            "mul P(product) twice": (
+                aten.mul.Tensor,
+                (a, b),
+                ((P("product"), P("product")), (P("product"),)),
+            ),
+            "bool clone P(sum)": (
+                aten.clone.default,
+                (flags,),
+                ((P("sum"),), (P("sum"),)),
+            ),
+            "bool amax P(max)": (
+                aten.amax.default,
+                (flags, [1]),
+                ((P("max"),), (P("max"),)),
+            ),
+            "uint8 clone P(sum)": (
+                aten.clone.default,
+                (u,),
+                ((P("sum"),), (P("sum"),)),
+            ),
+            # (values below 256 / world_size: the avg split multiplies by it)
+            "uint8 clone P(avg)": (
+                aten.clone.default,
+                (u % 80 + 1,),
+                ((P("avg"),), (P("avg"),)),
+            ),
+            "int64 add P(sum) twice": (
+                aten.add.Tensor,
+                (a, b),
+                ((P("sum"), P("sum")), (P("sum"),)),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, rule) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), False)
+            for name, (op, args, rule) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), True)
+
+
 if __name__ == "__main__":
     run_tests()

@@ -125,5 +125,68 @@ class PrivatePlacementsTest(StrategyValidatorTestBase):
         self.assertFalse(self.check(aten.view.default, (x, [16, 4]), wrong)[0])
 
 
+class NormPartialReviewTest(TestCase):
+    """Wrong _NormPartial rules of the cold review rev25b, rejected at 2 and 3 ranks;
+    right ones on the same samples stay accepted."""
+
+    def judge(self, op, args, rule, world_size):
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=world_size
+        )
+        try:
+            truth = sv._to_ground_truth(op(*args))
+            m = sv._prepare_aten_mitigations(op, args, {})
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                return sv._validate_aten_with_mitigations(
+                    op, args, {}, *rule, truth, world_size, mesh, m
+                )
+        finally:
+            dist.destroy_process_group()
+
+    def test_review_rev25b_norm_partial_rules(self):
+        g = torch.Generator().manual_seed(0)
+        norms = torch.rand(12, generator=g) + 0.5
+        with_inf = norms.clone()
+        with_inf[3] = float("inf")
+        n2, R = _NormPartial(2), Replicate()
+        wrong = {
+            # a rank can hold a zero partial norm (a shard of zeros)
+            "sign -> R": (aten.sign.default, (norms,), ((n2,), (R,))),
+            "gt(x, 0) -> R": (aten.gt.Scalar, (norms, 0.0), ((n2,), (R,))),
+            # _NormPartial(inf/-inf/0) has no reduction: DTensor uses P(max/min/sum)
+            "neg inf -> inf": (
+                aten.neg.default,
+                (norms,),
+                ((_NormPartial(float("inf")),), (_NormPartial(float("inf")),)),
+            ),
+            "clone 0 -> 0": (
+                aten.clone.default,
+                (norms,),
+                ((_NormPartial(0),), (_NormPartial(0),)),
+            ),
+            "abs S(0) -> -inf": (
+                aten.abs.default,
+                (norms,),
+                ((Shard(0),), (_NormPartial(float("-inf")),)),
+            ),
+            # an inf element is a norm like any other
+            "add with inf": (aten.add.Tensor, (with_inf, norms), ((n2, R), (n2,))),
+        }
+        right = {
+            "clone": (aten.clone.default, (norms,), ((n2,), (n2,))),
+            "clone with inf": (aten.clone.default, (with_inf,), ((n2,), (n2,))),
+            "mul by R": (aten.mul.Tensor, (with_inf, norms), ((n2, R), (n2,))),
+            "S(0) -> S(0)": (aten.sign.default, (norms,), ((Shard(0),), (Shard(0),))),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, rule) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), False)
+            for name, (op, args, rule) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), True)
+
+
 if __name__ == "__main__":
     run_tests()

@@ -224,5 +224,96 @@ class WrongRuleTest(TestCase):
                     self.assertTrue(judge(op, args, rule, world_size))
 
 
+class Float64RecheckTest(TestCase):
+    """Wrong rules whose error is below the rounding band of the per-rank values
+    (review rev25b), rejected by the float64 recheck at 2 and 3 ranks; the right
+    rules of the same samples stay accepted."""
+
+    def test_review_rev25b_wrong_rules_below_the_band(self):
+        g = torch.Generator().manual_seed(0)
+        # most elements 1e6, one 0.01: the offsets' floor widened the small one
+        big = torch.full((4, 4), 1e6) + torch.randn(4, 4, generator=g)
+        big[1, 2] = 0.01
+        y = torch.rand(4, 4, generator=g) * 0.04 + 0.01
+        # 64 values ~N(0, 9) summing to 2e-4: the multilinear band is the result
+        v = torch.randn(64, generator=g, dtype=torch.float64) * 3
+        cancel = (v - v.mean() + 2e-4 / 64).float()
+        # a bfloat16 P(sum) operand next to a float32 one
+        xb = (torch.rand(4, 4, generator=g) + 2).to(torch.bfloat16)
+        yf = torch.full((4, 4), 0.05)
+        # an addmm whose product cancels (rows of B are +-1 in pairs), bias 0.1
+        m1 = torch.full((4, 4), 1e6) + torch.randn(4, 4, generator=g)
+        m2 = torch.ones(4, 4)
+        m2[1::2] = -1
+        bias = torch.full((4, 4), 0.1)
+        P, R = Partial, Replicate()
+        cases = {
+            "addmm cancel": (
+                aten.addmm.default,
+                (bias, m1.round(), m2),
+                (R, P("sum"), R),
+                (P("sum"), P("sum"), R),
+            ),
+            "add floor": (
+                aten.add.Tensor,
+                (big, y),
+                (P("sum"), R),
+                (P("sum"), P("sum")),
+            ),
+            "sum cancel": (aten.sum.default, (cancel,), (P("sum"),), (P("sum"),)),
+            "bf16 + f32 add": (
+                aten.add.Tensor,
+                (xb, yf),
+                (P("sum"), R),
+                (P("sum"), P("sum")),
+            ),
+        }
+        outputs = {"sum cancel": ((P("avg"),), (P("sum"),))}
+        for world_size in (2, 3):
+            for name, (op, args, wrong_in, right_in) in cases.items():
+                wrong_out, right_out = outputs.get(name, ((P("sum"),), (P("sum"),)))
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(
+                        judge(op, args, (wrong_in, wrong_out), world_size), False
+                    )
+                    self.assertIs(
+                        judge(op, args, (right_in, right_out), world_size), True
+                    )
+
+    def test_contractions_within_rounding(self):
+        # Right rules whose per-rank values cancel: accepted in both checks.
+        g = torch.Generator().manual_seed(0)
+        a, b = (
+            torch.randn(4, 8, 8, generator=g) * 1e3,
+            torch.randn(4, 8, 8, generator=g),
+        )
+        bias = torch.randn(8, 8, generator=g) * 0.1
+        m1, m2 = torch.randn(8, 8, generator=g) * 1e6, torch.randn(8, 8, generator=g)
+        x = torch.randn(4, 6, generator=g).to(torch.bfloat16)
+        P, R = Partial, Replicate()
+        for world_size in (2, 3):
+            with self.subTest(world_size=world_size):
+                rule = ((R, P("sum")), (P("sum"),))
+                self.assertIs(judge(aten.bmm.default, (a, b), rule, world_size), True)
+                rule = ((P("sum"), P("sum"), R), (P("sum"),))
+                self.assertIs(
+                    judge(aten.addmm.default, (bias, m1, m2), rule, world_size), True
+                )
+                rule = ((P("avg"),), (P("avg"),))
+                self.assertIs(
+                    judge(aten.sum.dim_IntList, (x, [1]), rule, world_size), True
+                )
+                rule = ((P("sum"),), (P("sum"),))
+                self.assertTrue(
+                    judge(
+                        aten._to_copy.default,
+                        (x,),
+                        rule,
+                        world_size,
+                        {"dtype": torch.float32},
+                    )
+                )
+
+
 if __name__ == "__main__":
     run_tests()
