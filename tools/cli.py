@@ -397,26 +397,13 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             dtypes=args.dtypes.split(",") if dtypes_given else (),
             only=args.ops.split(",") if args.ops else (), jobs=args.jobs,
         )  # fmt: skip
-    elif args.verb == "sweep" and args.missing:
-        from tools.sweep import CONFIGS, sweep_missing
+    elif args.verb == "sweep" and (args.missing or args.configs):
+        from tools.sweep import CONFIGS, sweep_configs, sweep_missing
 
         configs = ["1d-2"] if not args.configs else (
             list(CONFIGS) if args.configs == "all" else args.configs.split(","))  # fmt: skip
         dtypes_given = args.dtypes != SWEEP_DTYPES
-        return sweep_missing(
-            repo, args.out or repo / "reports", configs,
-            only=args.ops.split(",") if args.ops else (),
-            dtypes=args.dtypes.split(",") if dtypes_given else None,
-            max_samples=args.max_samples if args.max_samples != 6 else None,
-            resume=args.resume, batch_size=args.batch_size, op_timeout=args.op_timeout,
-            jobs=args.jobs,
-        )  # fmt: skip
-    elif args.verb == "sweep" and args.configs:
-        from tools.sweep import CONFIGS, sweep_configs
-
-        configs = list(CONFIGS) if args.configs == "all" else args.configs.split(",")
-        dtypes_given = args.dtypes != SWEEP_DTYPES
-        return sweep_configs(
+        return (sweep_missing if args.missing else sweep_configs)(
             repo, args.out or repo / "reports", configs,
             only=args.ops.split(",") if args.ops else (),
             dtypes=args.dtypes.split(",") if dtypes_given else None,

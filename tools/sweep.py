@@ -168,8 +168,10 @@ def verdict(result: dict | None, rule: str) -> str:
     return "incorrect" if rule in result["incorrect"] else "not flagged"
 
 
-def rows(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
-    """One row per (op, dtype, rule) that either variant calls incorrect."""
+def rows(results: dict[str, dict[str, dict[str, dict]]], key: str = "incorrect",
+         judge=verdict) -> list[dict]:  # fmt: skip
+    """One row per (op, dtype, rule) that either variant lists under `key` (incorrect
+    rules, or missing ones), with `judge`'s verdict for each side."""
     out = []
     stock, overlay = results["stock"], results["overlay"]
     for dtype in stock:
@@ -178,11 +180,11 @@ def rows(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
             flagged: dict[str, dict] = {}
             for result in (s, o):
                 if result and result["status"] == "ok":
-                    for rule, example in result["incorrect"].items():
+                    for rule, example in result[key].items():
                         flagged.setdefault(rule, example)
             for rule in sorted(flagged):
-                out.append({"op": op, "dtype": dtype, "rule": rule, "stock": verdict(s, rule),
-                            "overlay": verdict(o, rule), "example": flagged[rule]})  # fmt: skip
+                out.append({"op": op, "dtype": dtype, "rule": rule, "stock": judge(s, rule),
+                            "overlay": judge(o, rule), "example": flagged[rule]})  # fmt: skip
     return out
 
 
@@ -451,21 +453,7 @@ def missing_rows(results: dict[str, dict[str, dict[str, dict]]]) -> list[dict]:
             return "claimed" if rule in result["valid"] else "claimed, not valid"
         return "valid, not claimed" if rule in result["valid"] else "not valid"
 
-    out = []
-    stock, overlay = results["stock"], results["overlay"]
-    for dtype in stock:
-        for op in sorted(set(stock[dtype]) | set(overlay[dtype])):
-            s, o = stock[dtype].get(op), overlay[dtype].get(op)
-            found: dict[str, str] = {}
-            for result in (s, o):
-                if result and result["status"] == "ok":
-                    for rule, example_ in result["missing"].items():
-                        found.setdefault(rule, example_)
-            for rule in sorted(found):
-                out.append({"op": op, "dtype": dtype, "rule": rule,
-                            "stock": status(s, rule), "overlay": status(o, rule),
-                            "example": found[rule]})  # fmt: skip
-    return out
+    return rows(results, "missing", status)
 
 
 def missing_summary(results: dict[str, dict[str, dict[str, dict]]]) -> dict:
