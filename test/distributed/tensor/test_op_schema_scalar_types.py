@@ -125,6 +125,20 @@ class OpSchemaScalarTypeTest(TestCase):
         self.assertEqual(as_float._spec.tensor_meta.dtype, torch.float32)
         self.assertEqual(as_float.to_local(), local * 2.0)
 
+    def test_scalar_outside_the_key_keeps_its_type(self):
+        # floor_divide has no rule of its own: its decomposition's schema info puts
+        # the scalar (in a Tensor slot) outside the comparison key, but its type
+        # still decides the output dtype.
+        local = torch.arange(1, 5)
+        x = DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False)
+        as_int, as_float = x // 2, x // 2.0
+        self.assertEqual(as_int._spec.tensor_meta.dtype, torch.int64)
+        self.assertEqual(as_float._spec.tensor_meta.dtype, torch.float32)
+        self.assertEqual(as_float.to_local(), local // 2.0)
+        self.assertEqual(
+            as_float.view(torch.int32).to_local(), (local // 2.0).view(torch.int32)
+        )
+
 
 class DistOpSchemaScalarTypeTest(DTensorTestBase):
     @property
