@@ -5,7 +5,7 @@ and prints the minimum CPU microseconds per call, in this order: sum f32, sum i6
 sum i8, cumsum f32, mul f32*0.5, mul f32*R, mul i64*2, foreach mul i64. Compare the
 overlay with and without the change in two runs (`git stash` in torch_overlay/):
 
-    python -m tools.cli run -- python probes/partial_sum_promotion_rule_cost.py
+    python -m tools.cli run -- python benchmarks/partial_sum_promotion_rule_cost.py
 
 The whole-miss cost is in benchmarks/dtensor_propagation_miss.py (rows sum, cumsum, mean,
 x * 0.5, x / 2, int64 x * 2, P + P, _foreach_mul); on a loaded 2-core machine its noise
