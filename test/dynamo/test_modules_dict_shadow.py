@@ -120,8 +120,9 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
 
     def test_instance_dict_shadow_guards_one_dict_per_module(self):
         """The absent-key checks of a module sit on that module's one __dict__
-        guard manager, one per name read through __getattr__ (and `forward`), with
-        no duplicates: a deep model gets exactly the (module, name) pairs it reads."""
+        guard manager, one check per name read through __getattr__ (and `forward`),
+        with no duplicates: a deep model gets exactly the (module, name) pairs it
+        reads."""
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         class Block(torch.nn.Module):
@@ -151,9 +152,12 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
 
         def walk(mgr):
             for leaf in mgr.get_leaf_guards():
-                parts = leaf.verbose_code_parts()
-                if parts and parts[0].startswith("not ___dict_contains("):
-                    name = parts[0].split("(", 1)[1].split(",", 1)[0].strip("'\"")
+                # one leaf per name, or one leaf holding all of them where the
+                # guard manager merges them (DICT_NOT_CONTAINS_KEYS)
+                for part in leaf.verbose_code_parts():
+                    if not part.startswith("not ___dict_contains("):
+                        continue
+                    name = part.split("(", 1)[1].split(",", 1)[0].strip("'\"")
                     names = checks.setdefault(mgr.get_source(), [])
                     self.assertNotIn(name, names)  # no duplicate check
                     names.append(name)

@@ -23,6 +23,7 @@ from tools.base import (
     OverlayError,
     git,
     installed_torch,
+    is_source_only,
     patch_paths,
     read_pin,
     read_series,
@@ -168,12 +169,18 @@ class SourceBuildTest(TestCase):
         )
         header = self.src / "torch/csrc/autograd/utils/grad_layout_contract.h"
         self.assertIn("exact_memory_format", header.read_text())
-        # the source-only patch, applied to the checkout's own file by context
+        # the source-only patches, applied to the checkout's own files by context
         source = self.src / "torch/csrc/autograd/python_variable.cpp"
         self.assertIn("if (!dtensor_is_tracing()) {", source.read_text())
+        source = self.src / "torch/csrc/dynamo/guards.cpp"
+        self.assertIn('"add_dict_not_contains_key_guard",', source.read_text())
         subjects = self.branch_commits()
         self.assertEqual(
-            subjects[-1], "[DTensor] Keep the native sharding cache out of traced regions"
+            subjects[-2:],
+            [
+                "[DTensor] Keep the native sharding cache out of traced regions",
+                "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTAINS_KEYS",
+            ],
         )
         self.assertNotIn(
             "[aot_autograd] A forward output never resolves to a tangent placeholder", subjects
@@ -342,7 +349,14 @@ class SourceBuildTest(TestCase):
     def test_stack_refuses_a_patch_the_start_commit_already_has(self):
         """git am -3 makes no commit for a patch already applied: nothing else may be amended."""
         found = read_topics(REPO)
-        name = found.submitted(found.topics["dynamo"])[-1]  # the branch's head commit
+        pin = read_pin(REPO)
+        # the last patch of the branch that git am can find again: a source-only patch's
+        # preimage is not a blob this checkout has, so git refuses it as a conflict
+        name = [
+            n
+            for n in found.submitted(found.topics["dynamo"])
+            if not is_source_only(pin, (REPO / "patches" / n).read_bytes())
+        ][-1]
         git("am", "-q", "-3", str(REPO / "patches" / name), cwd=self.src)
         before = checkout_state(self.src)
         with self.assertRaisesRegex(OverlayError, f"{name} is already in .*nothing was changed"):

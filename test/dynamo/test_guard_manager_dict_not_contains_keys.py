@@ -1,0 +1,95 @@
+# Owner(s): ["module: dynamo"]
+# Upstream home: test/dynamo/test_guard_manager.py (GuardManagerTests); kept in its own
+# file here because the project never edits upstream files.
+
+import unittest
+
+import torch._dynamo.test_case
+from torch._C._dynamo.guards import GuardManager, RootGuardManager
+
+
+HAS_MERGED_LEAF = hasattr(GuardManager, "add_dict_not_contains_key_guard")
+
+
+def code(key):
+    return f"not ___dict_contains({key!r}, L['x'].__dict__)"
+
+
+@unittest.skipIf(not HAS_MERGED_LEAF, "torch without the DICT_NOT_CONTAINS_KEYS leaf")
+class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
+    def _add(self, mgr, *keys):
+        for key in keys:
+            mgr.add_dict_not_contains_key_guard(key, [code(key)], None)
+
+    def test_keys_of_one_manager_share_one_leaf(self):
+        root = RootGuardManager()
+        self._add(root, "forward", "weight")
+        root.add_dict_contains_guard(True, "training", [code("training")], None)
+        self._add(root, "bias")
+        leaves = root.get_leaf_guards()
+        self.assertEqual(
+            [type(leaf).__name__ for leaf in leaves],
+            ["DICT_NOT_CONTAINS_KEYS", "DICT_CONTAINS"],
+        )
+        self.assertEqual(
+            leaves[0].verbose_code_parts(),
+            [code("forward"), code("weight"), code("bias")],
+        )
+
+    def test_check_matches_one_dict_contains_leaf_per_key(self):
+        keys = ("forward", "weight", "bias")
+        merged = RootGuardManager()
+        self._add(merged, *keys)
+        per_key = RootGuardManager()
+        for key in keys:
+            per_key.add_dict_contains_guard(False, key, [code(key)], None)
+        for value in (
+            {},
+            {"training": True},
+            {"weight": 1},
+            {"bias": 1, "x": 2},
+            {"forward": 1, "weight": 2, "bias": 3},
+            [],
+            "weight",
+        ):
+            self.assertEqual(merged.check(value), per_key.check(value), value)
+
+    def test_failure_names_the_key_present(self):
+        root = RootGuardManager()
+        self._add(root, "forward", "weight", "bias")
+        self.assertTrue(root.check({"training": True}))
+        info = root.check_verbose({"bias": 1, "weight": 2})
+        self.assertFalse(info.result)
+        self.assertEqual(info.verbose_code_parts, [code("weight")])
+
+    def test_separate_managers_get_separate_leaves(self):
+        class Mod:
+            pass
+
+        a, b = Mod(), Mod()
+        root = RootGuardManager()
+        managers = []
+        for name, obj in (("a", a), ("b", b)):
+            obj_mgr = root.getitem_manager(
+                name,
+                f"L[{name!r}]",
+                obj,
+                torch._dynamo.guards.GuardManagerType.GUARD_MANAGER,
+            )
+            dict_mgr = obj_mgr.get_generic_dict_manager(
+                f"L[{name!r}].__dict__",
+                obj.__dict__,
+                torch._dynamo.guards.GuardManagerType.GUARD_MANAGER,
+            )
+            self._add(dict_mgr, "weight")
+            managers.append(dict_mgr)
+        self.assertEqual([len(m.get_leaf_guards()) for m in managers], [1, 1])
+        self.assertTrue(root.check({"a": a, "b": b}))
+        b.weight = 1
+        self.assertFalse(root.check({"a": a, "b": b}))
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()

@@ -1,0 +1,231 @@
+# Owner(s): ["module: dynamo"]
+# Upstream home: test/dynamo/test_modules.py (NNModuleTests); kept in its own file
+# here because the project never edits upstream files.
+
+import collections
+import unittest
+
+import torch
+import torch._dynamo.test_case
+import torch._dynamo.testing
+import torch.nn.functional as F
+from torch._C._dynamo.guards import GuardManager
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+
+DIM = 4
+HAS_MERGED_LEAF = hasattr(GuardManager, "add_dict_not_contains_key_guard")
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wq = torch.nn.Linear(DIM, DIM)
+        self.wk = torch.nn.Linear(DIM, DIM)
+        self.wv = torch.nn.Linear(DIM, DIM)
+        self.wo = torch.nn.Linear(DIM, DIM)
+
+    def forward(self, x):
+        scores = self.wq(x) @ self.wk(x).transpose(-2, -1)
+        return self.wo(torch.softmax(scores, dim=-1) @ self.wv(x))
+
+
+class FeedForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Linear(DIM, 2 * DIM)
+        self.w2 = torch.nn.Linear(2 * DIM, DIM)
+        self.w3 = torch.nn.Linear(DIM, 2 * DIM)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm = torch.nn.RMSNorm(DIM)
+        self.attention = Attention()
+        self.ffn_norm = torch.nn.RMSNorm(DIM)
+        self.feed_forward = FeedForward()
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, blocks):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Block() for _ in range(blocks))
+        self.norm = torch.nn.RMSNorm(DIM)
+        self.output = torch.nn.Linear(DIM, DIM)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.output(self.norm(x))
+
+
+# The names each module's forward reads through nn.Module.__getattr__, and
+# `forward` for every module called from the frame (the root's forward is the
+# frame itself; a ModuleList is iterated, not called).
+EXPECTED_NAMES = {
+    Model: {"layers", "norm", "output"},
+    torch.nn.ModuleList: {"__iter__"},
+    Block: {"forward", "attention_norm", "attention", "ffn_norm", "feed_forward"},
+    Attention: {"forward", "wq", "wk", "wv", "wo"},
+    FeedForward: {"forward", "w1", "w2", "w3"},
+    torch.nn.Linear: {"forward", "weight", "bias"},
+    torch.nn.RMSNorm: {"forward", "weight"},
+}
+
+
+def absent_key_checks(fn):
+    """Leaves holding `not ___dict_contains(name, ...)` checks in the guards of fn's
+    only cache entry: (guard manager source, leaf type, names) per leaf."""
+    [entry] = _debug_get_cache_entry_list(fn.__code__)
+    found = []
+
+    def walk(mgr):
+        for leaf in mgr.get_leaf_guards():
+            names = [
+                part.split("(", 1)[1].split(",", 1)[0].strip("'\"")
+                for part in leaf.verbose_code_parts()
+                if part.startswith("not ___dict_contains(")
+            ]
+            if names:
+                found.append((mgr.get_source(), type(leaf).__name__, names))
+        children = list(mgr.get_child_managers())
+        if hasattr(mgr, "get_key_value_managers"):
+            for pair in mgr.get_key_value_managers().values():
+                children += [m for m in pair if m is not None]
+        for child in children:
+            walk(child)
+
+    walk(entry.guard_manager.root)
+    return found
+
+
+class _StandInCodeParts(list):
+    """The code parts of a stand-in leaf, which also holds the names it checks."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+
+def _stand_in_add_dict_not_contains_key_guard(mgr, key, verbose_code_parts, user_stack):
+    """What the C++ binding does, with a LAMBDA leaf: one leaf per guard manager
+    checks that none of the keys added to it is in the dict."""
+    for leaf in mgr.get_leaf_guards():
+        parts = leaf.verbose_code_parts()
+        if isinstance(parts, _StandInCodeParts):
+            parts.names.add(key)
+            parts.extend(verbose_code_parts)
+            return
+    parts = _StandInCodeParts()
+    parts.names.add(key)
+    parts.extend(verbose_code_parts)
+    mgr.add_lambda_guard(parts.names.isdisjoint, parts, user_stack)
+
+
+class NNModuleDictGuardCountTests(torch._dynamo.test_case.TestCase):
+    def _check_counts(self, blocks, leaf_type):
+        model = Model(blocks)
+        torch.compile(model, backend="eager")(torch.randn(2, 3, DIM))
+        checks = absent_key_checks(Model.forward)
+        modules = {f"L['self']{path}": m for path, m in self._sources(model)}
+        names_by_dict = collections.defaultdict(list)
+        for source, kind, names in checks:
+            self.assertEqual(kind, leaf_type)
+            names_by_dict[source].extend(names)
+        # every module's __dict__ is checked, for exactly the names read
+        self.assertEqual(len(names_by_dict), len(modules))
+        for source, names in names_by_dict.items():
+            module = modules[source.removesuffix(".__dict__")]
+            self.assertEqual(len(names), len(set(names)))  # no duplicates
+            self.assertEqual(set(names), EXPECTED_NAMES[type(module)], source)
+        return checks, names_by_dict
+
+    @staticmethod
+    def _sources(model):
+        # the guard source of each module, as Dynamo spells it
+        yield "", model
+        yield "._modules['layers']", model.layers
+        yield "._modules['norm']", model.norm
+        yield "._modules['output']", model.output
+        for i, block in enumerate(model.layers):
+            prefix = f"._modules['layers']._modules['{i}']"
+            yield prefix, block
+            for name, child in block.named_children():
+                yield f"{prefix}._modules['{name}']", child
+                for grandchild_name, grandchild in child.named_children():
+                    yield (
+                        f"{prefix}._modules['{name}']._modules['{grandchild_name}']",
+                        grandchild,
+                    )
+
+    def test_absent_key_checks_one_leaf_per_module_dict(self):
+        """A 64-block model: one absent-key leaf per called module when the guard
+        manager can merge keys (DICT_NOT_CONTAINS_KEYS), one leaf per name read
+        through __getattr__ where it cannot (torch without that leaf)."""
+        blocks = 64
+        if HAS_MERGED_LEAF:
+            checks, names_by_dict = self._check_counts(blocks, "DICT_NOT_CONTAINS_KEYS")
+            self.assertEqual(len(checks), len(names_by_dict))
+        else:
+            checks, names_by_dict = self._check_counts(blocks, "DICT_CONTAINS")
+            self.assertEqual(
+                len(checks), sum(len(names) for names in names_by_dict.values())
+            )
+        modules = 12 * blocks + 4
+        self.assertEqual(len(names_by_dict), modules)
+
+    @unittest.skipIf(
+        HAS_MERGED_LEAF,
+        "the guard manager has the C++ binding; "
+        "test_absent_key_checks_one_leaf_per_module_dict covers it",
+    )
+    def test_merged_leaf_semantics_with_a_stand_in_binding(self):
+        """The Python side of the merged leaf, on a torch without it: given an
+        add_dict_not_contains_key_guard binding (here a LAMBDA stand-in), every
+        module __dict__ gets one leaf holding all its names, and the guards still
+        recompile when a shadow appears and only then."""
+        GuardManager.add_dict_not_contains_key_guard = (
+            _stand_in_add_dict_not_contains_key_guard
+        )
+        try:
+            checks, names_by_dict = self._check_counts(2, "LAMBDA_GUARD")
+            self.assertEqual(len(checks), len(names_by_dict))
+            self.assertEqual(len(checks), 12 * 2 + 4)
+
+            torch._dynamo.reset()
+            model = Model(2)
+            cnt = torch._dynamo.testing.CompileCounter()
+            opt_model = torch.compile(model, backend=cnt)
+            x = torch.randn(2, 3, DIM)
+            expected = model(x)
+            for _ in range(3):
+                self.assertEqual(opt_model(x), expected)
+            self.assertEqual(cnt.frame_count, 1)
+            linear = model.layers[1].feed_forward.w2
+            linear.__dict__["bias"] = torch.ones(DIM)  # shadows the parameter
+            shadowed = model(x)
+            self.assertNotEqual(shadowed, expected)
+            self.assertEqual(opt_model(x), shadowed)
+            self.assertEqual(cnt.frame_count, 2)
+            del linear.__dict__["bias"]
+            self.assertEqual(opt_model(x), expected)
+            self.assertEqual(cnt.frame_count, 2)
+            model.layers[0].note = "unrelated"  # not read: no recompile
+            self.assertEqual(opt_model(x), expected)
+            self.assertEqual(cnt.frame_count, 2)
+        finally:
+            del GuardManager.add_dict_not_contains_key_guard
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()

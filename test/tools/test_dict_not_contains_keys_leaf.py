@@ -1,0 +1,229 @@
+# Owner(s): ["module: tools"]
+"""The leaf that the source-only patch "[dynamo] One leaf for the absent-key checks of a
+dict: DICT_NOT_CONTAINS_KEYS" adds to torch/csrc/dynamo/guards.cpp, tested up to the
+boundary a wheel allows.
+
+The class is compiled from the patch text into a small extension, next to minimal
+stand-ins for guards.cpp's ``LeafGuard`` and ``GuardDebugInfo`` (same constructors and
+members the class uses), and compared with the wheel's own ``DICT_CONTAINS`` leaf with
+``contains=False``, key by key: the merged leaf must pass exactly when every per-key leaf
+passes, on dicts, non-dicts and keys whose comparison raises; ``check_verbose`` must name
+the first key present, with that key's code parts and user stack; and the leaf's
+``verbose_code_parts()`` must be every key's, in order. What this does not cover: the
+``add_dict_not_contains_key_guard`` binding's merge into an existing leaf of a guard
+manager (GuardManager is not in the wheel's headers); the Python side of that is tested
+with a stand-in binding in test/dynamo/test_module_dict_guard_count.py.
+"""
+
+import hashlib
+import shutil
+from functools import cache
+from pathlib import Path
+
+from torch._C._dynamo.guards import DICT_CONTAINS
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+from tools.base import read_patch, read_pin, source_only_series
+
+REPO = Path(__file__).resolve().parents[2]
+SUBJECT = "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTAINS_KEYS"
+
+STAND_INS = r"""
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <string>
+#include <utility>
+#include <vector>
+namespace py = pybind11;
+
+class RootGuardManager;
+
+// As in guards.cpp, reduced to what DICT_NOT_CONTAINS_KEYS uses.
+struct GuardDebugInfo {
+  GuardDebugInfo(bool result, py::list verbose_code_parts, int num_guards_executed,
+                 py::object user_stack = py::none())
+      : result(result), verbose_code_parts(std::move(verbose_code_parts)),
+        num_guards_executed(num_guards_executed), user_stack(std::move(user_stack)) {}
+  GuardDebugInfo(bool result, int num_guards_executed)
+      : result(result), num_guards_executed(num_guards_executed), user_stack(py::none()) {}
+  bool result;
+  py::list verbose_code_parts;
+  int num_guards_executed;
+  py::object user_stack;
+};
+
+class LeafGuard {
+ public:
+  LeafGuard(RootGuardManager* root_guard_manager, py::object verbose_code_parts,
+            py::object user_stack)
+      : _root_guard_manager(root_guard_manager),
+        _verbose_code_parts(std::move(verbose_code_parts)),
+        _user_stack(std::move(user_stack)) {}
+  bool check(py::handle value) { return check_nopybind(value.ptr()); }
+  virtual GuardDebugInfo check_verbose_nopybind(PyObject* value) {
+    bool result = check_nopybind(value);
+    if (!result) {
+      return GuardDebugInfo(result, _verbose_code_parts, 0, _user_stack);
+    }
+    return GuardDebugInfo(true, 0);
+  }
+  py::list verbose_code_parts() { return _verbose_code_parts; }
+  virtual bool check_nopybind(PyObject* value) = 0;
+  virtual ~LeafGuard() = default;
+
+ protected:
+  RootGuardManager* _root_guard_manager{nullptr};
+
+ private:
+  py::list _verbose_code_parts;
+  py::object _user_stack;
+};
+"""
+
+BINDINGS = r"""
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<DICT_NOT_CONTAINS_KEYS, std::shared_ptr<DICT_NOT_CONTAINS_KEYS>>(
+      m, "DICT_NOT_CONTAINS_KEYS")
+      .def(py::init([](py::object key, py::list parts, py::object stack) {
+        return std::make_shared<DICT_NOT_CONTAINS_KEYS>(
+            nullptr, std::move(key), std::move(parts), std::move(stack));
+      }))
+      .def("add_key", &DICT_NOT_CONTAINS_KEYS::add_key)
+      .def("__call__", &DICT_NOT_CONTAINS_KEYS::check)
+      .def("verbose_code_parts", &DICT_NOT_CONTAINS_KEYS::verbose_code_parts)
+      .def("check_verbose", [](DICT_NOT_CONTAINS_KEYS& self, py::handle value) {
+        GuardDebugInfo info = self.check_verbose_nopybind(value.ptr());
+        return py::make_tuple(info.result, info.verbose_code_parts, info.user_stack);
+      });
+}
+"""
+
+
+def the_patch() -> str:
+    pin = read_pin(REPO)
+    for name in source_only_series(REPO, pin):
+        text = read_patch(REPO, name).decode()
+        if SUBJECT.split(": ")[0] in text and "DICT_NOT_CONTAINS_KEYS" in text:
+            return text
+    raise AssertionError(f"no source-only patch '{SUBJECT}' in the series")
+
+
+def added_class(patch: str, head: str) -> str:
+    """The lines a patch adds for one class, from its head to its closing `};`."""
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+")]
+    start = added.index(head)
+    end = added.index("};", start)
+    return "\n".join(added[start : end + 1]) + "\n"
+
+
+@cache
+def extension():
+    from torch.utils import cpp_extension
+
+    source = (
+        STAND_INS
+        + added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
+        + BINDINGS
+    )
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    name = f"dict_not_contains_keys_{digest}"
+    build_dir = REPO / "build" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "leaf.cpp").write_text(source)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(build_dir / "leaf.cpp")],
+        extra_cflags=["-O1"],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
+
+
+class RaisingKey:
+    """Hashes like "weight" and raises when compared: PyDict_Contains fails."""
+
+    def __hash__(self):
+        return hash("weight")
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparison")
+
+
+class DictNotContainsKeysTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        if shutil.which("c++") is None:
+            self.skipTest("no C++ compiler to build the leaf into an extension")
+        self.ext = extension()
+
+    @staticmethod
+    def code(key):
+        return f"not ___dict_contains({key!r}, L['self'].__dict__)"
+
+    def merged(self, keys):
+        leaf = None
+        for i, key in enumerate(keys):
+            if leaf is None:
+                leaf = self.ext.DICT_NOT_CONTAINS_KEYS(key, [self.code(key)], f"stack{i}")
+            else:
+                leaf.add_key(key, [self.code(key)], f"stack{i}")
+        return leaf
+
+    def per_key(self, keys):
+        return [DICT_CONTAINS(None, False, key, [self.code(key)], None) for key in keys]
+
+    def test_agrees_with_the_per_key_leaves(self):
+        keys = ["forward", "weight", "bias"]
+        values = [
+            {},
+            {"training": True, "_parameters": {}},
+            {"weight": 1},
+            {"bias": 1, "in_features": 4},
+            {"forward": None, "weight": 1, "bias": 2},
+            {("weight",): 1},
+            [],  # not a dict: DICT_CONTAINS(contains=False) passes
+            "weight",
+            type("M", (), {"weight": 1}).__dict__,  # a mappingproxy, not a dict
+        ]
+        for n in range(1, len(keys) + 1):
+            merged, per_key = self.merged(keys[:n]), self.per_key(keys[:n])
+            for value in values:
+                expected = all(leaf(value) for leaf in per_key)
+                self.assertEqual(merged(value), expected, (keys[:n], value))
+
+    def test_a_lookup_that_raises_fails_the_check_and_clears_the_error(self):
+        # What DICT_CONTAINS means to do on PyDict_Contains() == -1 (its `result == -1`
+        # branch). The wheel's DICT_CONTAINS computes `PyDict_Check(value) &&
+        # PyDict_Contains(...)`, which turns -1 into 1, so it returns False with the
+        # error still set: called from Python, that is a SystemError.
+        for keys, value in (
+            (["forward", "weight"], {RaisingKey(): 1}),  # the comparison raises
+            ([["weight"]], {"weight": 1}),  # an unhashable key
+        ):
+            self.assertFalse(self.merged(keys)(value))
+            self.assertEqual(self.merged(keys).check_verbose(value)[0], False)
+            with self.assertRaises(SystemError):
+                self.per_key(keys[-1:])[0](value)
+        self.assertTrue(self.merged([["weight"]])([]))
+
+    def test_verbose_reports_the_first_key_present(self):
+        keys = ["forward", "weight", "bias"]
+        leaf = self.merged(keys)
+        self.assertEqual(leaf.verbose_code_parts(), [self.code(k) for k in keys])
+        self.assertEqual(leaf.check_verbose({"x": 1}), (True, [], None))
+        self.assertEqual(
+            leaf.check_verbose({"bias": 1, "weight": 2}),
+            (False, [self.code("weight")], "stack1"),
+        )
+        self.assertEqual(leaf.check_verbose({"bias": 1}), (False, [self.code("bias")], "stack2"))
+
+    def test_the_patch_binds_the_merge_on_guard_managers(self):
+        patch = the_patch()
+        self.assertIn('+          "add_dict_not_contains_key_guard",', patch)
+        self.assertIn("dynamic_cast<DICT_NOT_CONTAINS_KEYS*>(leaf)", patch)
+        self.assertIn('py_m, "DICT_NOT_CONTAINS_KEYS")', patch)
+
+
+if __name__ == "__main__":
+    run_tests()
