@@ -7,12 +7,17 @@ The class is compiled from the patch text into a small extension, next to minima
 stand-ins for guards.cpp's ``LeafGuard`` and ``GuardDebugInfo`` (same constructors and
 members the class uses), and compared with the wheel's own ``DICT_CONTAINS`` leaf with
 ``contains=False``, key by key: the merged leaf must pass exactly when every per-key leaf
-passes, on dicts, non-dicts and keys whose comparison raises; ``check_verbose`` must name
-the first key present, with that key's code parts and user stack; and the leaf's
-``verbose_code_parts()`` must be every key's, in order. What this does not cover: the
-``add_dict_not_contains_key_guard`` binding's merge into an existing leaf of a guard
-manager (GuardManager is not in the wheel's headers); the Python side of that is tested
-with a stand-in binding in test/dynamo/test_module_dict_guard_count.py.
+passes, on dicts and non-dicts; a lookup that raises fails the check with the error
+cleared (the wheel's ``DICT_CONTAINS`` fails it with the error left set); ``check_verbose``
+must name the first key present, with that key's code parts and user stack; the leaf's
+``verbose_code_parts()`` must be every key's, in order; and before Python 3.12, where the
+leaf skips its lookups while a dict keeps the version tag it last passed with, a write to
+that dict, another dict, or a new dict at a freed address must be looked up again. What
+this does not cover: the ``add_dict_not_contains_key_guard`` binding's merge into an
+existing leaf of a guard manager (GuardManager is not in the wheel's headers); the Python
+side of that is tested with a stand-in binding in
+test/dynamo/test_module_dict_guard_count.py, and the binding by
+test/dynamo/test_guard_manager_dict_not_contains_keys.py in a source build.
 """
 
 import hashlib
@@ -30,6 +35,7 @@ SUBJECT = "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTA
 
 STAND_INS = r"""
 #include <Python.h>
+#include <torch/csrc/utils/python_compat.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <string>
@@ -206,6 +212,39 @@ class DictNotContainsKeysTest(TestCase):
             with self.assertRaises(SystemError):
                 self.per_key(keys[-1:])[0](value)
         self.assertTrue(self.merged([["weight"]])([]))
+
+    def test_a_changed_or_other_dict_is_checked_again(self):
+        # Before 3.12 the leaf skips the lookups while the dict it last passed on
+        # keeps its version tag; any write, or another dict, makes it look again.
+        leaf = self.merged(["forward", "weight"])
+        d = {"training": True}
+        for _ in range(3):
+            self.assertTrue(leaf(d))
+        d["weight"] = 1
+        self.assertFalse(leaf(d))
+        del d["weight"]
+        self.assertTrue(leaf(d))
+        d["training"] = False  # an unrelated write: looked up again, still passes
+        self.assertTrue(leaf(d))
+        self.assertFalse(leaf({"forward": 1}))
+        self.assertTrue(leaf(d))
+        other = dict(d)
+        self.assertTrue(leaf(other))
+        other["forward"] = 2
+        self.assertFalse(leaf(other))
+        self.assertTrue(leaf(d))
+        dict.__setitem__(d, "weight", 3)  # a write that bypasses any subclass hook
+        self.assertFalse(leaf(d))
+        d.clear()
+        self.assertTrue(leaf(d))
+        d.update(weight=4)
+        self.assertFalse(leaf(d))
+
+    def test_a_new_dict_at_a_freed_address_is_checked(self):
+        leaf = self.merged(["weight"])
+        for _ in range(200):
+            self.assertTrue(leaf({"x": 1}))  # freed right after: addresses recur
+            self.assertFalse(leaf({"weight": 1}))
 
     def test_verbose_reports_the_first_key_present(self):
         keys = ["forward", "weight", "bias"]
