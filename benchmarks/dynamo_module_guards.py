@@ -1,7 +1,8 @@
 """Dynamo guards on a deep unspecialized nn.Module: stock torch vs the overlay, in one run.
 
     python benchmarks/dynamo_module_guards.py [--blocks 32] [--backend eager] [--reps N]
-        [--compiles N] [--quick] [--overlay NAME=PATH ...] [--out FILE]
+        [--compiles N] [--quick] [--stand-in-merged-leaf] [--overlay NAME=PATH ...]
+        [--out FILE]
 
 Compiles a transformer-like model of --blocks blocks (per block: two RMSNorm, an attention
 module with four nn.Linear, a feed-forward module with three nn.Linear; user modules and
@@ -14,8 +15,11 @@ noise hits all variants alike. Each worker reports:
 
 * guards of the compiled frame by leaf-guard type, read from the guard manager tree
   (``torch._dynamo.eval_frame._debug_get_cache_entry_list``), with the
-  ``not ___dict_contains(name, module.__dict__)`` guards (NOT_PRESENT_IN_GENERIC_DICT)
-  counted apart, and how many distinct (module object, name) pairs they cover;
+  ``not ___dict_contains(name, module.__dict__)`` checks (NOT_PRESENT_IN_GENERIC_DICT)
+  counted apart: the leaves that hold them (one per name as DICT_CONTAINS leaves, or one
+  per module ``__dict__`` where the guard manager merges them into a
+  DICT_NOT_CONTAINS_KEYS leaf), the names they check, and how many distinct
+  (module object, name) pairs these cover;
 * guard evaluation: the guard manager's ``check`` on the frame's own locals, repeated
   (CPU us per check, median over repetitions);
 * compile time: the first call after ``torch._dynamo.reset()`` (tracing, guard building,
@@ -24,6 +28,13 @@ noise hits all variants alike. Each worker reports:
   Dynamo's call overhead are a visible share of it), CPU us per call;
 * frames compiled after a warm-up of several calls (must stay 1) and whether the compiled
   output equals eager.
+
+--stand-in-merged-leaf adds a variant "<overlay>+stand-in" of each overlay whose worker gives
+the guard manager a stand-in ``add_dict_not_contains_key_guard`` (what the source-only
+patch "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTAINS_KEYS" binds
+in C++), made of one LAMBDA leaf per module ``__dict__`` (``set.isdisjoint``, a Python
+callable): its guard counts are what a build with the C++ leaf installs; its times are the
+stand-in's, not the C++ leaf's.
 
 Prints one table with the overlay/stock ratios (median of per-repetition ratios where the
 measurement is repeated) and writes the numbers to reports/dynamo_module_guards.json.
@@ -44,6 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 16
+STAND_IN_ENV = "DYNAMO_MODULE_GUARDS_STAND_IN"
 
 
 # --------------------------------------------------------------------------------------
@@ -146,20 +158,21 @@ class Bench:
         gm = self.guard_manager()
         counts: collections.Counter = collections.Counter()
         not_present: list[tuple[str, str]] = []  # (dict source, key)
+        absent_key_leaves = 0
 
         def walk(mgr):
+            nonlocal absent_key_leaves
             for leaf in mgr.get_leaf_guards():
                 kind = type(leaf).__name__
                 counts[kind] += 1
-                parts = leaf.verbose_code_parts()
-                if (
-                    kind == "DICT_CONTAINS"
-                    and parts
-                    and parts[0].startswith("not ___dict_contains(")
-                ):
-                    counts["  of which NOT_PRESENT_IN_GENERIC_DICT"] += 1
-                    key = parts[0].split("(", 1)[1].split(",", 1)[0].strip("'\"")
-                    not_present.append((mgr.get_source(), key))
+                keys = [
+                    part.split("(", 1)[1].split(",", 1)[0].strip("'\"")
+                    for part in leaf.verbose_code_parts()
+                    if part.startswith("not ___dict_contains(")
+                ]
+                if keys:
+                    absent_key_leaves += 1
+                    not_present.extend((mgr.get_source(), key) for key in keys)
             children = list(mgr.get_child_managers())
             if hasattr(mgr, "get_key_value_managers"):
                 for key_mgr, value_mgr in mgr.get_key_value_managers().values():
@@ -184,6 +197,8 @@ class Bench:
         return {
             "by_type": dict(counts),
             "total": total,
+            "absent_key_leaves": absent_key_leaves,
+            "absent_key_names": len(not_present),
             "not_present_pairs": len(pairs),
             "not_present_names": dict(per_name.most_common()),
         }
@@ -228,6 +243,37 @@ class Bench:
         return {"us": 1e6 * cpu / calls, "wall_us": 1e6 * wall / calls}
 
 
+class _StandInCodeParts(list):
+    """The code parts of a stand-in leaf, which also holds the names it checks."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+
+def _stand_in_add_dict_not_contains_key_guard(mgr, key, verbose_code_parts, user_stack):
+    """The C++ binding's behaviour with a LAMBDA leaf: one leaf per guard manager checks
+    that none of the keys added to it is in the dict."""
+    for leaf in mgr.get_leaf_guards():
+        parts = leaf.verbose_code_parts()
+        if isinstance(parts, _StandInCodeParts):
+            parts.names.add(key)
+            parts.extend(verbose_code_parts)
+            return
+    parts = _StandInCodeParts()
+    parts.names.add(key)
+    parts.extend(verbose_code_parts)
+    mgr.add_lambda_guard(parts.names.isdisjoint, parts, user_stack)
+
+
+def install_stand_in() -> None:
+    from torch._C._dynamo.guards import GuardManager
+
+    if hasattr(GuardManager, "add_dict_not_contains_key_guard"):
+        raise SystemExit("this torch has add_dict_not_contains_key_guard: no stand-in needed")
+    GuardManager.add_dict_not_contains_key_guard = _stand_in_add_dict_not_contains_key_guard
+
+
 def worker(blocks: int, backend: str) -> None:
     """Answer one JSON request per stdin line with one JSON line on the original stdout."""
     import os
@@ -235,6 +281,8 @@ def worker(blocks: int, backend: str) -> None:
     reply_stream = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything torch prints goes to stderr, not into the replies
 
+    if os.environ.get(STAND_IN_ENV) == "1":
+        install_stand_in()
     bench = Bench(blocks, backend)
 
     def reply(message: dict) -> None:
@@ -349,6 +397,13 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=5, help="fresh compiles per variant")
     parser.add_argument("--quick", action="store_true", help="smoke test: few short reps")
     parser.add_argument(
+        "--stand-in-merged-leaf",
+        action="store_true",
+        help="add a variant <overlay>+stand-in per overlay, with a Python stand-in for the "
+        "C++ add_dict_not_contains_key_guard binding (counts as with the C++ leaf; times "
+        "are the stand-in's)",
+    )
+    parser.add_argument(
         "--overlay",
         action="append",
         metavar="NAME=PATH",
@@ -386,6 +441,8 @@ def main() -> None:
             plans[name] = materialize(args.repo, tree, overlay=path)
             digests[name] = tree_digest(tree)
             envs[name] = environment(tree)
+            if args.stand_in_merged_leaf:
+                envs[f"{name}+stand-in"] = {**envs[name], STAND_IN_ENV: "1"}
         workers = {label: Worker(label, env, args, Path(scratch)) for label, env in envs.items()}
 
         compiles = interleaved(workers, args.compiles, cmd="compile")
@@ -447,8 +504,13 @@ def main() -> None:
         ):
             continue  # unchanged kinds: in the JSON report
         line(f"  {kind.strip()}", values, [count_ratio(values[0], v) for v in values[1:]], str)
-    values = [counts[label]["not_present_pairs"] for label in labels]
-    line("  distinct (module, name) of NOT_PRESENT", values, ["" for _ in values[1:]], str)
+    for key, name in (
+        ("absent_key_leaves", "  leaves holding NOT_PRESENT checks"),
+        ("absent_key_names", "  names they check"),
+        ("not_present_pairs", "  distinct (module, name) of NOT_PRESENT"),
+    ):
+        values = [counts[label][key] for label in labels]
+        line(name, values, [count_ratio(values[0], v) for v in values[1:]], str)
     unchanged = [
         k for k in kinds
         if not k.startswith(" ") and k != "DICT_CONTAINS"
