@@ -125,16 +125,26 @@ class CompileCppTest(TestCase):
     def test_fetch_add_and_a_changed_copy(self):
         commit = self.pin.git_version
         requests = []
-        url = serve(self, {f"/pytorch/pytorch/{commit}/{SOURCE}": b"int x;\n"}, requests)
+        served = {f"/pytorch/pytorch/{commit}/{path}": b"int x;\n" if path == SOURCE else b"int g;\n"
+                  for path in sorted(self.pin.source_only)}  # fmt: skip
+        url = serve(self, served, requests)
         code, printed = output_of(
             main, ["--repo", str(self.root), "compile-cpp", "--fetch", "--from", url]
         )
-        self.assertEqual((code, requests), (0, [f"/pytorch/pytorch/{commit}/{SOURCE}"]))
-        self.assertIn(f".upstream-src/: 1 file(s), pytorch/pytorch@{commit[:12]}", printed)
+        self.assertEqual((code, sorted(requests)), (0, sorted(served)))
+        self.assertIn(
+            f".upstream-src/: {len(served)} file(s), pytorch/pytorch@{commit[:12]}", printed
+        )
         entry = {"repo": "pytorch/pytorch", "commit": commit, "path": SOURCE, "bytes": 7,
                  "sha256": sha256(b"int x;\n")}  # fmt: skip
         manifest = self.root / CACHE_DIR / "manifest.jsonl"
-        self.assertEqual(json.loads(manifest.read_text()), entry)
+
+        def manifest_entry(path):
+            (found,) = [e for line in manifest.read_text().splitlines()
+                        if (e := json.loads(line))["path"] == path]  # fmt: skip
+            return found
+
+        self.assertEqual(manifest_entry(SOURCE), entry)
         copy = source_copy(self.root, SOURCE, commit, self.pin.source_only[SOURCE], None)
         self.assertEqual((copy.data, copy.origin, copy.skew), (b"int x;\n", f"pytorch/pytorch@{commit[:12]}", ""))  # fmt: skip
 
@@ -146,7 +156,7 @@ class CompileCppTest(TestCase):
         with self.assertRaisesRegex(OverlayError, "not a source-only file"):
             add(self.root, HEADER, other, FORK)
         add(self.root, SOURCE, other, FORK)
-        self.assertEqual(json.loads(manifest.read_text())["repo"], FORK.split("@")[0])
+        self.assertEqual(manifest_entry(SOURCE)["repo"], FORK.split("@")[0])
         copy = source_copy(self.root, SOURCE, commit, self.pin.source_only[SOURCE], None)
         self.assertEqual(copy.origin, f"{FORK[:-28]}, not pytorch/pytorch@{commit[:12]}")
         self.assertIn("another commit than the wheel's headers", copy.skew)
@@ -189,13 +199,15 @@ class CompileCppTest(TestCase):
         )
 
     def test_check_notes_what_is_not_compiled_here(self):
-        # Without a cached copy: the source-only file is named, with how to fetch it.
-        (note,) = notes(self.root)
+        # Without a cached copy: each source-only file is named, with how to fetch it.
+        found = notes(self.root)
+        self.assertEqual(len(found), len(self.pin.source_only))
+        (note,) = [n for n in found if SOURCE in n]
         self.assertIn(f"{SOURCE} is not compiled here: no copy of it at", note)
         self.assertIn("compile-cpp --fetch", note)
         if cached_source():  # this checkout's copy is from another commit: version skew
             shutil.copytree(REPO / CACHE_DIR, self.root / CACHE_DIR)
-            (note,) = notes(self.root)
+            (note,) = [n for n in notes(self.root) if SOURCE in n]
             self.assertIn("not the base commit: errors it has without the patch are", note)
 
     @unittest.skipUnless(
