@@ -25,7 +25,14 @@ from torch.distributed.tensor import (
     Replicate,
     Shard,
 )
-from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._op_schema import OpSpec, OpStrategy
+from torch.distributed.tensor.debug import (
+    _clear_fast_path_sharding_prop_cache,
+    _clear_sharding_prop_cache,
+    CommDebugMode,
+)
 from torch.nn.utils import parametrize as P
 from torch.testing._internal.common_utils import (
     instantiate_parametrized_tests,
@@ -168,6 +175,78 @@ class DTensorCompileOpaqueOutputTest(TestCase):
 
 
 instantiate_parametrized_tests(DTensorCompileOpaqueOutputTest)
+
+
+def replicate_only(op_schema):
+    spec = op_schema.args_schema[0].strategies[0].output_spec
+    replicate = DTensorSpec(spec.mesh, (Replicate(),), spec.tensor_meta)
+    return OpStrategy(
+        [
+            OpSpec(
+                output_specs=replicate,
+                input_specs=(replicate,),
+                redistribute_cost=[[0.0]],
+            )
+        ]
+    )
+
+
+class DTensorFastPathClearTest(TestCase):
+    """Eager cache misses are answered from the Python sharding cache, which backs the
+    native one that traces empty: `_clear_fast_path_sharding_prop_cache()` must clear it
+    too, or an eager op keeps a sharding computed before its strategy was replaced."""
+
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+        self.addCleanup(dist.destroy_process_group)
+        self.mesh = init_device_mesh("cpu", (2,))
+        _clear_sharding_prop_cache()
+        self.addCleanup(_clear_sharding_prop_cache)
+        self.addCleanup(torch._dynamo.reset)
+        self.full = torch.arange(16, dtype=torch.float32).view(4, 4) - 8
+
+    def eager_relu(self):
+        with LocalTensorMode(frozenset(range(2))):
+            x = distribute_tensor(self.full, self.mesh, [Shard(0)])
+            with CommDebugMode() as comm:
+                out = x.relu()
+            self.assertEqual(out.full_tensor(), self.full.relu(), atol=0, rtol=0)
+        return out.placements, comm.get_total_counts()
+
+    def replace_relu_strategy(self):
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        relu = torch.ops.aten.relu.default
+        registries = (
+            propagator.op_single_dim_strategy_funcs,
+            propagator.op_strategy_funcs,
+        )
+        saved = [(registry, registry.pop(relu, None)) for registry in registries]
+
+        def restore():
+            for registry, entry in saved:
+                registry.pop(relu, None)
+                if entry is not None:
+                    registry[relu] = entry
+
+        self.addCleanup(restore)
+        propagator.register_op_strategy(relu, replicate_only)
+
+    def test_fast_path_clear_after_strategy_change(self):
+        self.assertEqual(self.eager_relu(), ((Shard(0),), 0))
+        self.replace_relu_strategy()
+        # Without a clear, eager keeps the cached sharding (as torch 2.15.0 does),
+        # while a trace computes its own: eager and compiled disagree until a clear.
+        self.assertEqual(self.eager_relu(), ((Shard(0),), 0))
+        torch._dynamo.reset()
+        local = self.full.chunk(2)[0].clone()
+        x = DTensor.from_local(local, self.mesh, [Shard(0)], run_check=False)
+        compiled = torch.compile(lambda t: t.relu(), backend="aot_eager")(x)
+        self.assertEqual(compiled.placements, (Replicate(),))
+        self.assertEqual(self.eager_relu(), ((Shard(0),), 0))
+        # The fast-path clear is enough for eager to see the new strategy.
+        _clear_fast_path_sharding_prop_cache()
+        self.assertEqual(self.eager_relu(), ((Replicate(),), 1))
 
 
 LIST_VIEWS = {
