@@ -112,7 +112,9 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
         "ms": statistics.median(s[0] for s in later),
         "buckets": buckets,
         "precheck_us": 1e6 * sum(t for t, _ in precheck) / max(len(precheck), 1),
-        "precheck_us_per_param": 1e6 * sum(t for t, _ in precheck) / max(sum(n for _, n in precheck), 1),
+        "precheck_us_per_param": 1e6
+        * sum(t for t, _ in precheck)
+        / max(sum(n for _, n in precheck), 1),
     }
 
 
