@@ -12,6 +12,10 @@ backward) and ScheduleInterleaved1F1B (fused backward), 4 micro-batches, it prin
 (median over --reps steps after 2 warm-up steps): buckets reduced and their bytes, with the
 DDP buckets each stage has (the target: each bucket once per step), and the step's CPU ms.
 The first step is shown apart (metadata inference runs in it).
+
+Overlay only: the CPU time of the pass over a DDP stage's parameters that the stage's
+last weight backward makes before arming the reducer (which of DDP's parameters that W
+reaches), per call and per parameter ('pre-check').
 """
 
 from __future__ import annotations
@@ -63,10 +67,27 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
         return ((output - target) ** 2).mean()
 
     schedule = getattr(schedules, name)(stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+    # The overlay's per-step pass over the DDP parameters at each stage's last W.
+    precheck = []  # (CPU seconds, parameters) per call
+    stage_cls = type(stages[0])
+    original = getattr(stage_cls, "_ddp_parameters_missed_by_weight_backward", None)
+    own = "_ddp_parameters_missed_by_weight_backward" in vars(stage_cls)
+    if original is not None:
+
+        def timed(self, *args, **kwargs):
+            start = time.process_time()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                precheck.append((time.process_time() - start, len(self._ddp_reduced_params)))
+
+        stage_cls._ddp_parameters_missed_by_weight_backward = timed
     x, y = torch.randn(16, WIDTH), torch.randn(16, WIDTH)
     steps = []
     try:
-        for _ in range(2 + reps):
+        for step in range(2 + reps):
+            if step == 2:
+                precheck.clear()
             reduced.clear()
             for module in modules:
                 module.zero_grad()
@@ -77,6 +98,11 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
         return {"error": str(error).strip().splitlines()[0][:90]}
     finally:
         dist.destroy_process_group()
+        if original is not None:
+            if own:
+                stage_cls._ddp_parameters_missed_by_weight_backward = original
+            else:
+                del stage_cls._ddp_parameters_missed_by_weight_backward
     buckets = sum(len(m.reducer._get_zeros_like_grad_buckets()) for m in modules)
     later = steps[2:]
     return {
@@ -85,6 +111,10 @@ def run_schedule(name: str, layers: int, reps: int, store_path: str) -> dict:
         "bytes": statistics.median(s[2] for s in later),
         "ms": statistics.median(s[0] for s in later),
         "buckets": buckets,
+        "precheck_us": 1e6 * sum(t for t, _ in precheck) / max(len(precheck), 1),
+        "precheck_us_per_param": 1e6
+        * sum(t for t, _ in precheck)
+        / max(sum(n for _, n in precheck), 1),
     }
 
 
@@ -119,7 +149,7 @@ def main() -> None:
     print("columns: stock | overlay; 'reduced' = buckets the reducer hands the comm hook per "
           "step (target: 'buckets', each once)")  # fmt: skip
     header = (f"{'schedule':31} {'buckets':>7} {'step 1 reduced':>16} {'reduced/step':>14} "
-              f"{'KiB/step':>17} {'CPU ms/step':>24}")  # fmt: skip
+              f"{'KiB/step':>17} {'CPU ms/step':>24} {'pre-check us/call, /param':>26}")  # fmt: skip
     print(header)
     print("-" * len(header))
     for name in SCHEDULES:
@@ -130,7 +160,7 @@ def main() -> None:
         print(f"{name:31} {o['buckets']:7} {s['first']['reduced']:7} | {o['first']['reduced']:6} "
               f"{s['reduced']:6g} | {o['reduced']:5g} {s['bytes'] / 1024:8.1f} | "
               f"{o['bytes'] / 1024:6.1f} {s['ms']:8.2f} | {o['ms']:6.2f} | "
-              f"{o['ms'] / s['ms']:5.2f}x")  # fmt: skip
+              f"{o['ms'] / s['ms']:5.2f}x {o['precheck_us']:15.1f}, {o['precheck_us_per_param']:8.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,8 +21,15 @@ gradient accumulation across steps under the user's no_sync() (the schedule
 reduces in that step as it did before, the right sum after the next), manual
 finalization by the user after step() (refused with scale_grads=True, right with
 scale_grads=False), a stage with a dw_builder under a split backward (refused),
-and a step after one that raised because a parameter got no gradient in a split
-last backward (DDP left as it was: the next steps reduce right)."""
+a step after one that raised because a parameter got no gradient in a split
+last backward (DDP left as it was: the next steps reduce right), a parameter
+frozen after DDP wrapped the module (refused before DDP is armed), and a user
+hook raising in the last weight backward after DDP was armed (the DDP module
+then raises an error naming that failure at every further use).
+
+"Each bucket once" is observed through the comm hook only: the bucket indices
+handed to it are 0..n-1, each once, and their GradBucket.parameters() are every
+parameter of the module, each once."""
 
 import contextlib
 import os
@@ -136,6 +143,21 @@ def reference_grads(step, n_stages, with_unused=False, extra_stage=None):
     return modules
 
 
+def assert_each_bucket_once(test, calls, module, msg):
+    """``calls``: (bucket index, parameters) of each comm hook call for one DDP
+    module in one step. DDP handed each of its buckets to the hook exactly once:
+    the indices are 0..n-1, each once, and the buckets' parameters are every
+    parameter of the module, each once. Returns the number of buckets."""
+    indices = sorted(index for index, _ in calls)
+    handed = sorted(id(p) for _, params in calls for p in params)
+    test.assertTrue(
+        indices == list(range(len(indices)))
+        and handed == sorted(id(p) for p in module.parameters()),
+        f"{msg}: each bucket handed to the comm hook once: {indices}",
+    )
+    return len(indices)
+
+
 class ScheduleDDPTest(MultiProcessTestCase):
     @property
     def world_size(self) -> int:
@@ -165,7 +187,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 )
 
             def comm_hook(state, bucket, i=i):
-                events.append(("comm", i, bucket.index()))
+                events.append(("comm", i, bucket.index(), bucket.parameters()))
                 return default_hooks.allreduce_hook(state, bucket)
 
             if not values_only:  # DDP registers its own hook for mixed precision
@@ -235,12 +257,12 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     p.grad = None
                 if values_only:
                     continue
-                mine = [e for e in events if e[1] == i]
-                comms = [e[2] for e in mine if e[0] == "comm"]
-                n_buckets = len(stage.submod.reducer._get_zeros_like_grad_buckets())
-                self.assertTrue(
-                    sorted(comms) == list(range(n_buckets)),
-                    f"{msg}: each of {n_buckets} buckets reduced once: {mine}",
+                mine = [e[:3] for e in events if e[1] == i]
+                n_buckets = assert_each_bucket_once(
+                    self,
+                    [(e[2], e[3]) for e in events if e[0] == "comm" and e[1] == i],
+                    modules[i],
+                    f"{msg} {mine}",
                 )
                 if step == 0:
                     # DDP's first bucket holds both parameters until DDP rebuilds
@@ -401,7 +423,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
             ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
 
             def comm_hook(state, bucket, i=i):
-                comms.append((i, bucket.index()))
+                comms.append((i, bucket.index(), bucket.parameters()))
                 return default_hooks.allreduce_hook(state, bucket)
 
             ddp.register_comm_hook(dp_group, comm_hook)
@@ -437,6 +459,58 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 schedule.step(x, target=y)
             self.assertEqual(comms, [])
             return
+        if case == "frozen_after_wrap":
+            # A parameter frozen after DDP wrapped the module (and after the
+            # stage was built) is still one DDP reduces: the last stage's last W
+            # (split) cannot reach it and raises before arming, on both ranks.
+            modules[-1].b.requires_grad_(False)
+            x, y = data(0, self.rank)
+            with self.assertRaisesRegex(
+                RuntimeError,
+                r"parameters \['b'\] .* get no gradient .*\['b'\] no longer "
+                "require grad",
+            ):
+                schedule.step(x, target=y)
+            self.assertEqual([c[:2] for c in comms if c[0] == n_stages - 1], [])
+            for ddp in ddps:
+                self.assertFalse(ddp.require_manual_backward_finalization)
+            return
+        if case == "failed_last_w":
+            # A user hook raises in the last stage's last W, after the schedule
+            # set manual finalization and armed the reducer (on both ranks).
+            accumulations = []
+
+            def hook(p):
+                accumulations.append(p)
+                if len(accumulations) == N_MICROBATCHES:
+                    raise RuntimeError("user hook: non-finite gradient")
+
+            modules[-1].w.register_post_accumulate_grad_hook(hook)
+            x, y = data(0, self.rank)
+            with self.assertRaisesRegex(RuntimeError, "user hook") as raised:
+                schedule.step(x, target=y)
+            self.assertRegex(
+                " ".join(getattr(raised.exception, "__notes__", [])),
+                "DistributedDataParallel module is left unusable",
+            )
+            # DDP cannot abandon the armed reduction: the option stays set, and
+            # every further use of the module raises an error naming the
+            # failure (a plain DDP forward, as DDP alone raises after a failed
+            # backward, and a new schedule's step).
+            self.assertTrue(ddps[-1].require_manual_backward_finalization)
+            left_armed = (
+                rf"\[Stage {n_stages - 1}\] the weight backward that reduces "
+                r"the gradients of this DistributedDataParallel stage raised "
+                r"\(RuntimeError: user hook: non-finite gradient\) after the "
+                "pipeline schedule had set require_manual_backward_finalization"
+            )
+            comms.clear()
+            with self.assertRaisesRegex(RuntimeError, left_armed):
+                ddps[-1](x)
+            with self.assertRaisesRegex(RuntimeError, left_armed):
+                make_schedule().step(x, target=y)
+            self.assertEqual(comms, [])
+            return
         reference = None
         for step in range(N_STEPS + (case == "unused_then_used")):
             x, y = data(step, self.rank)
@@ -449,7 +523,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     RuntimeError, r"parameters \['extra'\] .* get no gradient"
                 ):
                     schedule.step(x, target=y)
-                self.assertEqual([c for c in comms if c[0] == n_stages - 1], [])
+                self.assertEqual([c[:2] for c in comms if c[0] == n_stages - 1], [])
                 for ddp in ddps:
                     self.assertFalse(ddp.require_manual_backward_finalization)
                 for module in modules:
@@ -468,18 +542,17 @@ class ScheduleDDPTest(MultiProcessTestCase):
             if case == "manual":
                 for ddp in ddps:
                     ddp.finalize_backward()
-            n_buckets = [
-                len(ddp.reducer._get_zeros_like_grad_buckets()) for ddp in ddps
-            ]
             # Also in a step under the user's no_sync(): the schedule arms the
             # reducer at each stage's last backward regardless, as before (a W
             # then with DDP's own finalization); the values stay right for an
             # averaging hook.
-            self.assertEqual(
-                sorted(comms),
-                [(i, b) for i, n in enumerate(n_buckets) for b in range(n)],
-                msg=f"{case}, step {step}: each bucket reduced once",
-            )
+            for i, module in enumerate(modules):
+                assert_each_bucket_once(
+                    self,
+                    [(b, params) for j, b, params in comms if j == i],
+                    module,
+                    f"{case}, step {step}, stage {i}",
+                )
             if case == "no_sync" and step == 0:
                 continue
             reference = reference_grads(step, n_stages, extra_stage=extra_stage)
@@ -513,11 +586,17 @@ class ScheduleDDPTest(MultiProcessTestCase):
             "manual_scale_grads",
             "dw_builder",
             "unused_then_used",
+            "frozen_after_wrap",
+            "failed_last_w",
         ):
             for schedule_cls in SCHEDULES:
                 if case == "dw_builder" and schedule_cls not in SPLIT:
                     continue
-                if case == "unused_then_used" and schedule_cls not in (
+                if case in (
+                    "unused_then_used",
+                    "frozen_after_wrap",
+                    "failed_last_w",
+                ) and schedule_cls not in (
                     ScheduleZBVZeroBubble,
                     ScheduleInterleavedZeroBubble,
                 ):
