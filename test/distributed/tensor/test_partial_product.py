@@ -317,6 +317,62 @@ class DistPartialProductTest(DTensorContinuousTestBase):
             self.assertEqual(comm_mode.get_total_counts(), 0)
             self.assertEqual(dt.to_local(), before)
 
+    @staticmethod
+    def _ones_like(t, dtype):
+        """A Partial("product") of ones for a DTensor (a plain tensor for a plain one)."""
+        if not isinstance(t, DTensor):
+            return torch.ones(t.shape, dtype=dtype)
+        local = torch.ones(t.to_local().shape, dtype=dtype)
+        return DTensor.from_local(
+            local, t.device_mesh, [Partial("product")], run_check=False
+        )
+
+    def test_integer_narrowing_keeps_a_pending_product(self):
+        # An integer product wraps modulo 2**n of its dtype, so a cast to an
+        # integer of no more bits (either signedness) commutes with it: int32
+        # locals 2**20 + 3 and 2**12 + 5 multiply (wrapping) to the int32 value
+        # whose int8 cast is the product of the int8 casts. A wider integer does
+        # not wrap where int32 did, so it reduces first.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8/int16 all-reduce; the LocalTensor twin checks it
+        i8, u8, i16, i32, i64 = (
+            torch.int8,
+            torch.uint8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+        )
+        values = [
+            torch.tensor([[2**20 + 3, 5], [-7, 3]], dtype=i32),
+            torch.tensor([[2**12 + 5, 2**28], [9, -1]], dtype=i32),
+        ]
+        truth = values[0] * values[1]
+        ops = {
+            "to(int8)": (lambda t: t.to(i8), True),
+            "to(uint8)": (lambda t: t.to(u8), True),
+            "to(int16)": (lambda t: t.to(i16), True),
+            "prod(dtype=int8)": (lambda t: t.prod(dtype=i8), True),
+            "copy_ into int8": (lambda t: self._ones_like(t, i8).copy_(t), True),
+            "to(int64)": (lambda t: t.to(i64), False),
+            "to(float32)": (lambda t: t.to(torch.float32), False),
+        }
+        for name, (fn, keeps) in ops.items():
+            with self.subTest(name):
+                local = map_local_for_rank(self.rank, values.__getitem__)
+                dt = DTensor.from_local(
+                    local, mesh, [Partial("product")], run_check=False
+                )
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    out = fn(dt)
+                self.assertEqual(comm_mode.get_total_counts(), 0 if keeps else 1)
+                self.assertEqual(
+                    out.placements,
+                    (Partial("product") if keeps else Replicate(),),
+                )
+                self.assertEqual(out.full_tensor(), fn(truth), atol=0, rtol=0)
+
     def test_fill_keeps_a_pending_reduction_only_where_it_means_a_fill(self):
         mesh = self.build_device_mesh()
         reduce_ops = ["sum", "avg", "min", "max", "product", "band", "bor", "bxor"]

@@ -123,6 +123,38 @@ REDUCED = [
     # twice the average of [1, 2] and [2, 4] is [2, 6], not [3, 6].
     ("int8 avg mul int", lambda x: x * 2, [P(i8, [1, 2], [2, 4], "avg")], 1),
     ("int64 avg cumsum", lambda x: x.cumsum(0), [P(i64, [1, 1], [0, 0], "avg")], 1),
+    # cat and stack promote their inputs; slice_scatter and index_fill cast src
+    # and value into self's dtype.
+    (
+        "cat int8 int32 Partials",
+        lambda x, y: torch.cat([x, y]),
+        [wrap(i8), wrap(i32)],
+        2,
+    ),
+    (
+        "cat bool int64 Partials",
+        lambda x, y: torch.cat([x, y]),
+        [wrap(B), wrap(i64)],
+        2,
+    ),
+    (
+        "stack int8 int32 Partials",
+        lambda x, y: torch.stack([x, y]),
+        [wrap(i8), wrap(i32)],
+        2,
+    ),
+    (
+        "slice_scatter int32 self int8 src",
+        lambda x, y: torch.slice_scatter(x, y[:, :1], 1, 0, 1),
+        [wrap(i32), wrap(i8)],
+        2,
+    ),
+    (
+        "index_fill int32 self int8 value",
+        lambda x, i, v: torch.index_fill(x, 1, i, v),
+        [wrap(i32), R(i64, [0]), P(i8, 100, 100)],
+        2,
+    ),
 ]
 
 
@@ -158,6 +190,39 @@ KEPT = [
     ("int64 _foreach_mul_ [int]", _inplace_foreach_mul([3]), [wrap(i64)]),
     ("bool _foreach_mul_ True", _inplace_foreach_mul(True), [wrap(B)]),
     ("int8 add_ int32 Partial", lambda x, y: x.add_(y), [wrap(i8), wrap(i32)]),
+    # Inputs of one dtype, or casts that commute with the sum (int32 narrowed
+    # into int8 wraps like the int8 sum; float16 widened into float32).
+    ("cat int8 Partials", lambda x, y: torch.cat([x, y]), [wrap(i8), wrap(i8)]),
+    (
+        "cat float16 float32 Partials",
+        lambda x, y: torch.cat([x, y]),
+        [P(f16, [[1.5, 2.0]], [[0.25, 3.0]]), P(f32, [[1.0, 2.5]], [[4.0, 0.5]])],
+    ),
+    (
+        "slice_scatter int8 self int32 src",
+        lambda x, y: torch.slice_scatter(x, y[:, :1], 1, 0, 1),
+        [wrap(i8), wrap(i32)],
+    ),
+]
+
+# out= of the dtype the op casts its result back into (no wider than the dtype
+# it computes in), as an in-place op does into its self: the pending sum
+# survives when each input's cast into out's dtype commutes with it.
+OUT_KEPT = [
+    ("add int8 int32 out=int8", torch.add, [wrap(i8), wrap(i32)], i8),
+    ("mul int8 by int32 Replicate out=int8", torch.mul, [wrap(i8), R(i32, [3])], i8),
+    (
+        "mul float16 by float32 Replicate out=float16",
+        torch.mul,
+        [P(f16, [[1.5, 2.0]], [[0.25, 3.0]]), R(f32, [[2.0, 0.5]])],
+        f16,
+    ),
+    (
+        "cat int8 int32 out=int8",
+        lambda x, y, out=None: torch.cat([x, y], out=out),
+        [wrap(i8), wrap(i32)],
+        i8,
+    ),
 ]
 
 # gloo cannot all-reduce int16 ("Invalid scalar type", on main too); the
@@ -255,6 +320,40 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         self.assertEqual(out.placements, (Partial(),))
         self.assertEqual(
             out.full_tensor(), (reduced_value(y) + reduced_value(y)).double()
+        )
+
+    def test_an_out_the_result_is_cast_back_into(self):
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        for name, fn, operands, out_dtype in OUT_KEPT:
+            with self.subTest(name):
+                plain = [reduced_value(o) for o in operands]
+                # out= casts the computed result into out's dtype
+                truth = fn(*plain).to(out_dtype)
+                zeros = torch.zeros_like(truth).tolist()
+                out = self._dtensor(mesh, P(out_dtype, zeros, zeros))
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    fn(*[self._dtensor(mesh, o) for o in operands], out=out)
+                self.assertEqual(comm_mode.get_total_counts(), 0)
+                self.assertEqual(out.placements, (Partial(),))
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A wider out still does not keep the pending sum: cat.out casts each
+        # int8 input into the int32 out, where the int8 sum does not wrap.
+        x = wrap(i8)
+        zeros = [[0, 0]] * 4
+        out = self._dtensor(mesh, P(i32, zeros, zeros))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.cat([self._dtensor(mesh, x), self._dtensor(mesh, x)], out=out)
+        out = self._dtensor(mesh, R(i32, zeros))
+        torch.cat([self._dtensor(mesh, x), self._dtensor(mesh, x)], out=out)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(
+            out.full_tensor(),
+            torch.cat([reduced_value(x), reduced_value(x)]).to(i32),
+            atol=0,
+            rtol=0,
         )
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
