@@ -42,6 +42,27 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+EMULATED_312 = r"""
+#include <c10/util/Synchronized.h>
+#include <unordered_map>
+// guards.cpp's get_dict_version_unchecked from Python 3.12, less the PyDict_Watch call.
+struct EmulatedDictVersionState {
+  std::unordered_map<PyObject*, uint64_t> map;
+  uint64_t next_id = 1;
+};
+static c10::Synchronized<EmulatedDictVersionState> emulated_dict_version_state;
+static uint64_t emulated_312_dict_version(PyObject* dict) {
+  return emulated_dict_version_state.withLock(
+      [&](EmulatedDictVersionState& state) -> uint64_t {
+        auto [it, inserted] = state.map.try_emplace(dict, state.next_id);
+        if (inserted) {
+          state.next_id++;
+        }
+        return it->second;
+      });
+}
+"""
+
 TIMING = r"""
 // A copy of guards.cpp's DICT_CONTAINS leaf (torch 2.15.0), for the per-name layout.
 class DICT_CONTAINS : public LeafGuard {
@@ -67,45 +88,53 @@ class DICT_CONTAINS : public LeafGuard {
 #include <chrono>
 #include <memory>
 
-// layout: 0 stock (forward only), 1 one DICT_CONTAINS per name, 2 one merged leaf,
-// 3 one merged leaf without the version-tag fast path (as on Python 3.12+)
+template <class Merged>
+void add_merged(std::shared_ptr<Merged>& merged, std::vector<std::shared_ptr<LeafGuard>>& mine,
+                py::object k) {
+  if (merged) {
+    merged->add_key(k, py::list(), py::none());
+  } else {
+    merged = std::make_shared<Merged>(nullptr, k, py::list(), py::none());
+    mine.push_back(merged);
+  }
+}
+
+// layout: 0 stock (forward only), 1 one DICT_CONTAINS per name, 2 one merged leaf (as
+// Python 3.11 compiles it: ma_version_tag), 3 one merged leaf as 3.12+ compiles it (the
+// version from a dict watcher's map under a lock, emulated), 4 one merged leaf without
+// the version cache (every name looked up, as a free-threaded build compiles it)
+std::vector<std::shared_ptr<LeafGuard>> make_leaves(py::list keys, int layout) {
+  std::vector<std::shared_ptr<LeafGuard>> mine;
+  std::shared_ptr<DICT_NOT_CONTAINS_KEYS> merged;
+  std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312> merged_312;
+  std::shared_ptr<DICT_NOT_CONTAINS_KEYS_NOCACHE> merged_nocache;
+  for (auto key : keys) {
+    py::object k = py::reinterpret_borrow<py::object>(key);
+    if (layout == 0 && k.cast<std::string>() != "forward") {
+      continue;
+    }
+    if (layout == 2) {
+      add_merged(merged, mine, k);
+    } else if (layout == 3) {
+      add_merged(merged_312, mine, k);
+    } else if (layout == 4) {
+      add_merged(merged_nocache, mine, k);
+    } else {
+      mine.push_back(std::make_shared<DICT_CONTAINS>(
+          nullptr, false, k, py::list(), py::none()));
+    }
+  }
+  return mine;
+}
+
+// Whole-model compile: one cache entry, so one set of leaves per module __dict__, each
+// seeing the same dict on every call.
 double time_leaves(py::list dicts, py::list names, int layout, int reps, bool flush) {
   std::vector<PyObject*> values;
   std::vector<std::vector<std::shared_ptr<LeafGuard>>> leaves;
-  py::list no_parts;
   for (size_t i = 0; i < dicts.size(); i++) {
     values.push_back(dicts[i].ptr());
-    std::vector<std::shared_ptr<LeafGuard>> mine;
-    py::list keys = names[i].cast<py::list>();
-    std::shared_ptr<DICT_NOT_CONTAINS_KEYS> merged;
-    std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312> merged_312;
-    for (auto key : keys) {
-      py::object k = py::reinterpret_borrow<py::object>(key);
-      if (layout == 0 && k.cast<std::string>() != "forward") {
-        continue;
-      }
-      if (layout == 2) {
-        if (merged) {
-          merged->add_key(k, py::list(), py::none());
-        } else {
-          merged = std::make_shared<DICT_NOT_CONTAINS_KEYS>(
-              nullptr, k, py::list(), py::none());
-          mine.push_back(merged);
-        }
-      } else if (layout == 3) {
-        if (merged_312) {
-          merged_312->add_key(k, py::list(), py::none());
-        } else {
-          merged_312 = std::make_shared<DICT_NOT_CONTAINS_KEYS_312>(
-              nullptr, k, py::list(), py::none());
-          mine.push_back(merged_312);
-        }
-      } else {
-        mine.push_back(std::make_shared<DICT_CONTAINS>(
-            nullptr, false, k, py::list(), py::none()));
-      }
-    }
-    leaves.push_back(std::move(mine));
+    leaves.push_back(make_leaves(names[i].cast<py::list>(), layout));
   }
   int64_t fail_count = 0;
   std::vector<char> buffer(flush ? 64 * 1024 * 1024 : 0, 1);
@@ -133,8 +162,45 @@ double time_leaves(py::list dicts, py::list names, int layout, int reps, bool fl
   return total.count() / reps;
 }
 
+// Per-block compile: torch.compile applied to each block, so one cache entry of
+// Block.forward serves every block: one set of leaves per module position in a block,
+// and call b checks block b's dicts. Returns ns per block call.
+double time_per_block(py::list position_names, py::list dicts_by_block, int layout,
+                      int reps) {
+  std::vector<std::vector<std::shared_ptr<LeafGuard>>> leaves;
+  for (auto keys : position_names) {
+    leaves.push_back(make_leaves(keys.cast<py::list>(), layout));
+  }
+  std::vector<std::vector<PyObject*>> calls;
+  for (auto block : dicts_by_block) {
+    std::vector<PyObject*> dicts;
+    for (auto d : block.cast<py::list>()) {
+      dicts.push_back(d.ptr());
+    }
+    calls.push_back(std::move(dicts));
+  }
+  int64_t fail_count = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; r++) {
+    for (const auto& call : calls) {
+      for (size_t p = 0; p < leaves.size(); p++) {
+        for (const auto& guard : leaves[p]) {
+          if (!guard->check_nopybind(call[p])) {
+            fail_count += 1;
+            break;
+          }
+        }
+      }
+    }
+  }
+  std::chrono::duration<double, std::nano> total = std::chrono::steady_clock::now() - start;
+  TORCH_CHECK(fail_count == 0, "a check failed on the blocks' own dicts");
+  return total.count() / reps / calls.size();
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("time_leaves", &time_leaves);
+  m.def("time_per_block", &time_per_block);
 }
 """
 
@@ -152,13 +218,19 @@ def build_extension():
 
     leaf = leaf_test_module()
     cls = leaf.added_class(leaf.the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
-    # The same class as Python 3.12+ compiles it (no version-tag fast path).
-    lookups_only = (
-        '#pragma push_macro("IS_PYTHON_3_12_PLUS")\n#undef IS_PYTHON_3_12_PLUS\n'
-        "#define IS_PYTHON_3_12_PLUS 1\n"
-        + cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312")
-        + '#pragma pop_macro("IS_PYTHON_3_12_PLUS")\n'
+    # The same class as Python 3.12+ compiles it: the version comes from upstream's dict
+    # watcher (PyDict_Watch, then a map lookup under a lock). Python 3.11 has no dict
+    # watchers, so the map lookup under the lock is emulated (without PyDict_Watch, which
+    # only sets a bit); it does not see writes, which these dicts do not have.
+    watcher_312 = (
+        cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312")
+        .replace("get_dict_version_unchecked(", "emulated_312_dict_version(")
     )
+    # Without the version cache (every name looked up), as a free-threaded build has it.
+    nocache = cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_NOCACHE").replace(
+        "#ifndef Py_GIL_DISABLED", "#if 0"
+    )
+    lookups_only = EMULATED_312 + watcher_312 + nocache
     source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + lookups_only + TIMING
     name = f"absent_key_leaf_cost_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     build_dir = REPO / "build" / name
@@ -202,6 +274,34 @@ def checked_dicts(blocks: int):
     return dicts, names
 
 
+def per_block_dicts(blocks: int):
+    """Per-block compile (torch.compile applied to each block): the one cache entry of
+    Block.forward checks, for each module position in a block, the names read there
+    (the root block's own `forward` is the frame, not read through __getattr__), on
+    block b's dicts on call b."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from dynamo_module_guards import build_model
+
+    model = build_model(blocks)
+    layers = list(model.layers)
+    reads = {
+        "Block": ["attention_norm", "attention", "ffn_norm", "feed_forward"],
+        "Attention": ["forward", "wq", "wk", "wv", "wo"],
+        "FeedForward": ["forward", "w1", "w2", "w3"],
+        "Linear": ["forward", "weight", "bias"],
+        "RMSNorm": ["forward", "weight"],
+    }
+    paths = [name for name, _ in layers[0].named_modules()]
+    names = [
+        [sys.intern(n) for n in reads[type(layers[0].get_submodule(p)).__name__]] for p in paths
+    ]
+    dicts = [[layer.get_submodule(p).__dict__ for p in paths] for layer in layers]
+    return names, dicts, model
+
+
+LAYOUTS = {"stock": 0, "per-name": 1, "merged": 2, "merged-312": 3, "no-cache": 4}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -212,21 +312,30 @@ def main() -> None:
     parser.add_argument(
         "--cold-reps", type=int, default=100, help="passes with caches evicted before each"
     )
+    parser.add_argument(
+        "--per-block",
+        type=int,
+        nargs="*",
+        default=[64, 8, 2],
+        help="block counts for the per-block compile case",
+    )
     args = parser.parse_args()
     ext = build_extension()
     dicts, names = checked_dicts(args.blocks)
     # Dynamo's keys are interned strs (hash cached), as in the guards it builds
     names = [[sys.intern(n) for n in keys] for keys in names]
-    layouts = {"stock": 0, "per-name": 1, "merged": 2, "merged-312": 3}
+    layouts = LAYOUTS
     leaves = {
         "stock": sum("forward" in n for n in names),
         "per-name": sum(len(n) for n in names),
         "merged": sum(1 for n in names if n),
         "merged-312": sum(1 for n in names if n),
+        "no-cache": sum(1 for n in names if n),
     }
     print(
-        f"{args.blocks} blocks: {len(dicts)} module dicts, {leaves['per-name']} names checked "
-        f"absent; us per pass over all of them, one thread (median of {args.runs} runs)"
+        f"whole-model compile, {args.blocks} blocks: {len(dicts)} module dicts, "
+        f"{leaves['per-name']} names checked absent; us per pass over all of them, one "
+        f"thread (median of {args.runs} runs)"
     )
     for caches, reps, flush in (("warm", args.reps, False), ("cold", args.cold_reps, True)):
         times: dict[str, list[float]] = {k: [] for k in layouts}
@@ -236,10 +345,26 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"{caches} caches ({reps} passes per run):")
         for label in layouts:
-            print(f"  {label:9} {leaves[label]:5} leaves  {med[label]:8.1f} us")
-        print(f"  per-name - stock: {med['per-name'] - med['stock']:+.1f} us")
-        print(f"  merged   - stock: {med['merged'] - med['stock']:+.1f} us")
-        print(f"  merged-312 - stock: {med['merged-312'] - med['stock']:+.1f} us")
+            print(
+                f"  {label:10} {leaves[label]:5} leaves  {med[label]:8.1f} us"
+                f"  ({med[label] - med['stock']:+.1f} us against stock)"
+            )
+    for n in args.per_block:
+        position_names, block_dicts, _model = per_block_dicts(n)
+        med = {}
+        for label, layout in layouts.items():
+            med[label] = statistics.median(
+                ext.time_per_block(position_names, block_dicts, layout, max(1, 4000 // n))
+                for _ in range(args.runs)
+            )
+        print(
+            f"per-block compile, {n} blocks sharing one Block.forward entry "
+            f"({len(position_names)} module dicts per block), ns per block call, warm: "
+            + "  ".join(
+                f"{label} {med[label]:.0f} ({med[label] - med['stock']:+.0f})"
+                for label in layouts
+            )
+        )
 
 
 if __name__ == "__main__":

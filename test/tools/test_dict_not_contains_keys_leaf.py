@@ -11,12 +11,15 @@ passes, on dicts and non-dicts; a lookup that raises fails the check with the er
 cleared (the wheel's ``DICT_CONTAINS`` fails it with the error left set); ``check_verbose``
 must name the first key present, with that key's code parts and user stack; the leaf's
 ``verbose_code_parts()`` must be every key's, in order; and before Python 3.12, where the
-leaf skips its lookups while a dict keeps the version tag it last passed with, a write to
-that dict, another dict, or a new dict at a freed address must be looked up again. What
-this does not cover: the ``add_dict_not_contains_key_guard`` binding's merge into an
-existing leaf of a guard manager (GuardManager is not in the wheel's headers); the Python
-side of that is tested with a stand-in binding in
-test/dynamo/test_module_dict_guard_count.py, and the binding by
+leaf skips its lookups while a dict keeps a version tag it passed with, a write to
+that dict, another dict, or a new dict at a freed address must be looked up again, also
+when the leaf sees many dicts in turn. The ``add_dict_not_contains_key_guard`` lambda is
+compiled from the patch text too, against stand-ins of ``GuardManager`` and
+``DictGuardManager`` (their members the lambda uses, copied): keys of one manager join
+one leaf next to other leaves, another manager gets its own, a ``DictGuardManager``
+permits it, and a clone (sharing leaf objects, as ``clone_common`` does) shares the leaf
+and its versions. What this does not cover: guards.cpp's real GuardManager, accessors
+and Python 3.12+'s watcher-based versions; the binding is tested by
 test/dynamo/test_guard_manager_dict_not_contains_keys.py in a source build.
 """
 
@@ -38,12 +41,22 @@ STAND_INS = r"""
 #include <torch/csrc/utils/python_compat.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 namespace py = pybind11;
 
 class RootGuardManager;
+
+// guards.cpp's get_dict_version_unchecked as it reads before Python 3.12, which this
+// test runs on; from 3.12 guards.cpp reads a dict watcher's counter instead.
+static uint64_t get_dict_version_unchecked(PyObject* dict) {
+  return ((PyDictObject*)dict)->ma_version_tag;
+}
 
 // As in guards.cpp, reduced to what DICT_NOT_CONTAINS_KEYS uses.
 struct GuardDebugInfo {
@@ -87,6 +100,69 @@ class LeafGuard {
 };
 """
 
+MANAGERS = r"""
+// As guards.cpp's GuardManager and DictGuardManager, reduced to what the
+// add_dict_not_contains_key_guard binding uses (same members, same bodies), plus the
+// leaf part of clone_common (a clone shares the leaf objects) and the leaf loop of
+// check_leaf_guards_nopybind.
+class GuardManager {
+ public:
+  explicit GuardManager(RootGuardManager* root) : _root(root) {}
+  virtual ~GuardManager() = default;
+  RootGuardManager* get_root() { return _root; }
+  virtual void add_leaf_guard(std::shared_ptr<LeafGuard> leaf_guard) {
+    _leaf_guards.emplace_back(std::move(leaf_guard));
+  }
+  std::vector<LeafGuard*> get_leaf_guards() const {
+    std::vector<LeafGuard*> ret;
+    ret.reserve(_leaf_guards.size());
+    for (const auto& guard : _leaf_guards) {
+      ret.push_back(guard.get());
+    }
+    return ret;
+  }
+  void add_permitted_leaf_guard(std::shared_ptr<LeafGuard> leaf_guard) {
+    GuardManager::add_leaf_guard(std::move(leaf_guard));
+  }
+  std::shared_ptr<GuardManager> clone_leaves() {
+    auto cloned = std::make_shared<GuardManager>(_root);
+    for (const auto& guard : _leaf_guards) {
+      cloned->_leaf_guards.emplace_back(guard);
+    }
+    return cloned;
+  }
+  bool check(py::handle value) {
+    for (const auto& guard : _leaf_guards) {
+      if (!guard->check_nopybind(value.ptr())) {
+        return false;
+      }
+    }
+    return true;
+  }
+  std::vector<std::shared_ptr<LeafGuard>> _leaf_guards;
+
+ private:
+  RootGuardManager* _root;
+};
+
+class DictGuardManager : public GuardManager {
+ public:
+  using GuardManager::GuardManager;
+  void add_leaf_guard(std::shared_ptr<LeafGuard> leaf_guard) override {
+    TORCH_CHECK(false, "DictGuardManager does not support a leaf_guard");
+  }
+};
+
+// Another leaf next to DICT_NOT_CONTAINS_KEYS: passes on a dict.
+class IS_DICT : public LeafGuard {
+ public:
+  IS_DICT() : LeafGuard(nullptr, py::list(), py::none()) {}
+  bool check_nopybind(PyObject* value) override {
+    return PyDict_Check(value);
+  }
+};
+"""
+
 BINDINGS = r"""
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<DICT_NOT_CONTAINS_KEYS, std::shared_ptr<DICT_NOT_CONTAINS_KEYS>>(
@@ -102,6 +178,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         GuardDebugInfo info = self.check_verbose_nopybind(value.ptr());
         return py::make_tuple(info.result, info.verbose_code_parts, info.user_stack);
       });
+  py::class_<GuardManager, std::shared_ptr<GuardManager>>(m, "GuardManager")
+      .def(py::init([]() { return std::make_shared<GuardManager>(nullptr); }))
+      .def("add_dict_not_contains_key_guard", BINDING_LAMBDA)
+      .def("add_is_dict_guard",
+           [](GuardManager& self) { self.add_leaf_guard(std::make_shared<IS_DICT>()); })
+      .def("clone", &GuardManager::clone_leaves)
+      .def("check", &GuardManager::check)
+      .def("leaves", [](GuardManager& self) {
+        // each leaf: the DICT_NOT_CONTAINS_KEYS object, or the other leaf's name
+        py::list out;
+        for (const auto& guard : self._leaf_guards) {
+          if (auto leaf = std::dynamic_pointer_cast<DICT_NOT_CONTAINS_KEYS>(guard)) {
+            out.append(py::cast(leaf));
+          } else {
+            out.append("IS_DICT");
+          }
+        }
+        return out;
+      });
+  py::class_<DictGuardManager, GuardManager, std::shared_ptr<DictGuardManager>>(
+      m, "DictGuardManager")
+      .def(py::init([]() { return std::make_shared<DictGuardManager>(nullptr); }));
 }
 """
 
@@ -123,6 +221,14 @@ def added_class(patch: str, head: str) -> str:
     return "\n".join(added[start : end + 1]) + "\n"
 
 
+def binding_lambda(patch: str) -> str:
+    """The lambda the patch binds as GuardManager.add_dict_not_contains_key_guard."""
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+")]
+    start = added.index('          "add_dict_not_contains_key_guard",') + 1
+    end = added.index("          })", start)
+    return "\n".join(added[start:end] + ["          }"]) + "\n"
+
+
 @cache
 def extension():
     from torch.utils import cpp_extension
@@ -130,7 +236,8 @@ def extension():
     source = (
         STAND_INS
         + added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
-        + BINDINGS
+        + MANAGERS
+        + BINDINGS.replace("BINDING_LAMBDA", binding_lambda(the_patch()))
     )
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     name = f"dict_not_contains_keys_{digest}"
@@ -214,8 +321,8 @@ class DictNotContainsKeysTest(TestCase):
         self.assertTrue(self.merged([["weight"]])([]))
 
     def test_a_changed_or_other_dict_is_checked_again(self):
-        # Before 3.12 the leaf skips the lookups while the dict it last passed on
-        # keeps its version tag; any write, or another dict, makes it look again.
+        # The leaf skips the lookups while a dict keeps a version it passed on; any
+        # write, or another dict, makes it look again.
         leaf = self.merged(["forward", "weight"])
         d = {"training": True}
         for _ in range(3):
@@ -257,12 +364,88 @@ class DictNotContainsKeysTest(TestCase):
         )
         self.assertEqual(leaf.check_verbose({"bias": 1}), (False, [self.code("bias")], "stack2"))
 
-    def test_the_patch_binds_the_merge_on_guard_managers(self):
-        patch = the_patch()
-        self.assertIn('+          "add_dict_not_contains_key_guard",', patch)
-        self.assertIn("dynamic_cast<DICT_NOT_CONTAINS_KEYS*>(leaf)", patch)
-        self.assertIn('py_m, "DICT_NOT_CONTAINS_KEYS")', patch)
+    def test_many_dicts_in_turn_are_each_checked_again_after_a_write(self):
+        # One cache entry serving many objects (torch.compile per block): the leaf sees
+        # a different dict on each call and remembers every version it passed on.
+        leaf = self.merged(["forward", "weight"])
+        dicts = [{"training": True, "i": i} for i in range(300)]  # more than it keeps
+        for _ in range(3):
+            for d in dicts:
+                self.assertTrue(leaf(d))
+        for i in (0, 7, 299):
+            dicts[i]["weight"] = 1
+        for _ in range(2):
+            for i, d in enumerate(dicts):
+                self.assertEqual(leaf(d), i not in (0, 7, 299), i)
+        del dicts[7]["weight"]
+        self.assertTrue(leaf(dicts[7]))
+        dicts[7]["forward"] = None
+        self.assertFalse(leaf(dicts[7]))
+        # a key added after a pass: the versions passed on without it are forgotten
+        d = {"bias": 1}
+        self.assertTrue(leaf(d))
+        leaf.add_key("bias", [self.code("bias")], "stack2")
+        self.assertFalse(leaf(d))
 
+    def test_the_binding_merges_the_keys_of_one_manager_into_one_leaf(self):
+        # The add_dict_not_contains_key_guard lambda, compiled from the patch text,
+        # against stand-ins of GuardManager and DictGuardManager.
+        keys = ["forward", "weight", "bias"]
+        manager = self.ext.GuardManager()
+        manager.add_dict_not_contains_key_guard(keys[0], [self.code(keys[0])], "stack0")
+        manager.add_is_dict_guard()
+        for i, key in enumerate(keys[1:], 1):
+            manager.add_dict_not_contains_key_guard(key, [self.code(key)], f"stack{i}")
+        leaves = manager.leaves()
+        self.assertEqual(len(leaves), 2)
+        leaf, other = leaves
+        self.assertEqual(other, "IS_DICT")
+        self.assertEqual(leaf.verbose_code_parts(), [self.code(k) for k in keys])
+        self.assertEqual(
+            leaf.check_verbose({"bias": 1}), (False, [self.code("bias")], "stack2")
+        )
+        per_key = self.per_key(keys)
+        for value in ({}, {"weight": 1}, {"bias": 2, "x": 3}, {"x": 1}):
+            self.assertEqual(manager.check(value), all(g(value) for g in per_key), value)
+        self.assertFalse(manager.check([]))  # the IS_DICT leaf, not the merged one
+
+        # another manager gets its own leaf; the first one's keys stay its own
+        second = self.ext.GuardManager()
+        second.add_dict_not_contains_key_guard("weight", [self.code("weight")], "s")
+        (leaf2,) = second.leaves()
+        self.assertIsNot(leaf2, leaf)
+        self.assertEqual(leaf2.verbose_code_parts(), [self.code("weight")])
+        self.assertTrue(second.check({"forward": 1}))
+        self.assertFalse(manager.check({"forward": 1}))
+
+    def test_the_binding_is_permitted_on_a_dict_guard_manager(self):
+        manager = self.ext.DictGuardManager()
+        with self.assertRaisesRegex(RuntimeError, "does not support a leaf_guard"):
+            manager.add_is_dict_guard()
+        manager.add_dict_not_contains_key_guard("forward", [self.code("forward")], "s0")
+        manager.add_dict_not_contains_key_guard("weight", [self.code("weight")], "s1")
+        (leaf,) = manager.leaves()
+        self.assertEqual(leaf.verbose_code_parts(), [self.code("forward"), self.code("weight")])
+        self.assertTrue(manager.check({"x": 1}))
+        self.assertFalse(manager.check({"weight": 1}))
+
+    def test_a_clone_shares_the_leaf_and_its_versions(self):
+        manager = self.ext.GuardManager()
+        for key in ("forward", "weight"):
+            manager.add_dict_not_contains_key_guard(key, [self.code(key)], None)
+        clone = manager.clone()
+        (leaf,) = manager.leaves()
+        (cloned_leaf,) = clone.leaves()
+        self.assertIs(cloned_leaf, leaf)
+        d = {"x": 1}
+        self.assertTrue(clone.check(d))
+        self.assertTrue(manager.check(d))  # the version the clone passed on
+        d["weight"] = 1
+        self.assertFalse(manager.check(d))
+        self.assertFalse(clone.check(d))
+        del d["weight"]
+        self.assertTrue(manager.check(d))
+        self.assertTrue(clone.check(d))
 
 if __name__ == "__main__":
     run_tests()
