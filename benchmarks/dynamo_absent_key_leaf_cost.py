@@ -222,9 +222,8 @@ def build_extension():
     # watcher (PyDict_Watch, then a map lookup under a lock). Python 3.11 has no dict
     # watchers, so the map lookup under the lock is emulated (without PyDict_Watch, which
     # only sets a bit); it does not see writes, which these dicts do not have.
-    watcher_312 = (
-        cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312")
-        .replace("get_dict_version_unchecked(", "emulated_312_dict_version(")
+    watcher_312 = cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312").replace(
+        "get_dict_version_unchecked(", "emulated_312_dict_version("
     )
     # Without the version cache (every name looked up), as a free-threaded build has it.
     nocache = cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_NOCACHE").replace(
@@ -361,8 +360,7 @@ def main() -> None:
             f"per-block compile, {n} blocks sharing one Block.forward entry "
             f"({len(position_names)} module dicts per block), ns per block call, warm: "
             + "  ".join(
-                f"{label} {med[label]:.0f} ({med[label] - med['stock']:+.0f})"
-                for label in layouts
+                f"{label} {med[label]:.0f} ({med[label] - med['stock']:+.0f})" for label in layouts
             )
         )
 

@@ -401,9 +401,7 @@ class DictNotContainsKeysTest(TestCase):
         leaf, other = leaves
         self.assertEqual(other, "IS_DICT")
         self.assertEqual(leaf.verbose_code_parts(), [self.code(k) for k in keys])
-        self.assertEqual(
-            leaf.check_verbose({"bias": 1}), (False, [self.code("bias")], "stack2")
-        )
+        self.assertEqual(leaf.check_verbose({"bias": 1}), (False, [self.code("bias")], "stack2"))
         per_key = self.per_key(keys)
         for value in ({}, {"weight": 1}, {"bias": 2, "x": 3}, {"x": 1}):
             self.assertEqual(manager.check(value), all(g(value) for g in per_key), value)
@@ -446,6 +444,7 @@ class DictNotContainsKeysTest(TestCase):
         del d["weight"]
         self.assertTrue(manager.check(d))
         self.assertTrue(clone.check(d))
+
 
 if __name__ == "__main__":
     run_tests()
