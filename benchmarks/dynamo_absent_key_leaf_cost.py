@@ -2,6 +2,7 @@
 wheel that cannot load it.
 
     python benchmarks/dynamo_absent_key_leaf_cost.py [--blocks 64] [--reps 2000] [--runs 7]
+        [--per-block 64 8 2]
 
 The source-only patch "[dynamo] One leaf for the absent-key checks of a dict:
 DICT_NOT_CONTAINS_KEYS" changes torch/csrc/dynamo/guards.cpp, so a wheel cannot run it.
@@ -15,9 +16,18 @@ there (``forward`` and the names read through ``nn.Module.__getattr__``),
 * stock: one ``DICT_CONTAINS(contains=False)`` leaf for ``forward`` only;
 * per-name (the shadow PR on a wheel): one ``DICT_CONTAINS`` leaf per name;
 * merged (with the C++ leaf): one ``DICT_NOT_CONTAINS_KEYS`` leaf holding all names, which
-  on this Python (before 3.12) skips its lookups while the dict keeps the version tag it
-  last passed with;
-* merged-312: the same leaf compiled as for Python 3.12+, which looks every name up.
+  skips its lookups for a dict whose version (``ma_version_tag`` on this Python) is one it
+  passed on;
+* merged-312: the same leaf with the version as Python 3.12+ reads it (upstream's
+  ``get_dict_version_unchecked``: a map lookup under a lock, emulated here without the
+  ``PyDict_Watch`` call, which 3.11 lacks);
+* no-cache: the same leaf without its version set, every name looked up (as a
+  free-threaded build compiles it).
+
+It times this for a whole-model compile (one cache entry: each leaf sees the same dict on
+every call) and, with --per-block N..., for ``torch.compile`` applied to each block (one
+cache entry of Block.forward serves N blocks: its leaves see block b's dicts on call b),
+in ns per block call.
 
 Each is a vector of ``shared_ptr<LeafGuard>`` run with virtual calls and an early exit, as
 ``GuardManager::check_leaf_guards_nopybind`` runs them; the time is the whole pass over all

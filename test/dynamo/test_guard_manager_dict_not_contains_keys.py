@@ -62,6 +62,25 @@ class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
         self.assertFalse(info.result)
         self.assertEqual(info.verbose_code_parts, [code("weight")])
 
+    def test_many_dicts_in_turn_see_a_write(self):
+        # One cache entry serving many objects (torch.compile per block): the leaf
+        # skips the lookups for a dict version it passed on, and must still see a
+        # write to any of the dicts, whichever it checked last.
+        root = RootGuardManager()
+        self._add(root, "forward", "weight")
+        dicts = [{"training": True, "i": i} for i in range(300)]
+        for _ in range(2):
+            self.assertTrue(all(root.check(d) for d in dicts))
+        dicts[5]["weight"] = 1
+        dicts[250]["forward"] = None
+        self.assertEqual(
+            [i for i, d in enumerate(dicts) if not root.check(d)], [5, 250]
+        )
+        del dicts[5]["weight"]
+        self.assertTrue(root.check(dicts[5]))
+        info = root.check_verbose(dicts[250])
+        self.assertEqual(info.verbose_code_parts, [code("forward")])
+
     def test_separate_managers_get_separate_leaves(self):
         class Mod:
             pass
