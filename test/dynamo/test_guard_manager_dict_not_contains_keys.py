@@ -81,6 +81,76 @@ class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
         info = root.check_verbose(dicts[250])
         self.assertEqual(info.verbose_code_parts, [code("forward")])
 
+    def test_more_dicts_than_it_keeps_versions_of_see_a_write(self):
+        # Before Python 3.12 the leaf keeps at most 256 versions and stops adding when
+        # full; dicts past that are looked up every time, a write to any is seen.
+        root = RootGuardManager()
+        self._add(root, "weight")
+        dicts = [{"i": i} for i in range(600)]
+        for _ in range(3):
+            self.assertTrue(all(root.check(d) for d in dicts))
+        for i in (0, 255, 256, 599):
+            dicts[i]["weight"] = 1
+        self.assertEqual(
+            [i for i, d in enumerate(dicts) if not root.check(d)], [0, 255, 256, 599]
+        )
+
+    def test_an_empty_instance_dict_filled_in_one_step_fails_the_check(self):
+        # Python 3.12+ reports these writes to an empty dict as PyDict_EVENT_CLONED,
+        # which does not give the dict a new watcher version; on 3.13.0 a plain
+        # attribute store into inline values fires no event (gh-125608). The leaf must
+        # see the shadowing key anyway.
+        class Cfg:
+            scale = 2.0
+
+        def fill_update(obj):
+            obj.__dict__.update(scale=5.0)
+
+        def fill_vars(obj):
+            vars(obj).update({"scale": 5.0})
+
+        def fill_init(obj):
+            dict.__init__(obj.__dict__, scale=5.0)
+
+        def fill_ior(obj):
+            d = obj.__dict__
+            d |= {"scale": 5.0}
+
+        def reassign_then_update(obj):
+            obj.__dict__ = {}
+            obj.__dict__.update(scale=5.0)
+
+        def setattr_(obj):
+            obj.scale = 5.0
+
+        for fill in (
+            fill_update,
+            fill_vars,
+            fill_init,
+            fill_ior,
+            reassign_then_update,
+            setattr_,
+        ):
+            obj = Cfg()
+            root = RootGuardManager()
+            dict_mgr = root.getitem_manager(
+                "obj",
+                "L['obj']",
+                obj,
+                torch._dynamo.guards.GuardManagerType.GUARD_MANAGER,
+            ).get_generic_dict_manager(
+                "L['obj'].__dict__",
+                obj.__dict__,
+                torch._dynamo.guards.GuardManagerType.GUARD_MANAGER,
+            )
+            self._add(dict_mgr, "scale")
+            for _ in range(2):
+                self.assertTrue(root.check({"obj": obj}))
+            fill(obj)
+            self.assertEqual(obj.scale, 5.0)
+            self.assertFalse(root.check({"obj": obj}), fill.__name__)
+            self.assertFalse(root.check_verbose({"obj": obj}).result, fill.__name__)
+
     def test_separate_managers_get_separate_leaves(self):
         class Mod:
             pass

@@ -12,8 +12,13 @@ cleared (the wheel's ``DICT_CONTAINS`` fails it with the error left set); ``chec
 must name the first key present, with that key's code parts and user stack; the leaf's
 ``verbose_code_parts()`` must be every key's, in order; and before Python 3.12, where the
 leaf skips its lookups while a dict keeps a version tag it passed with, a write to
-that dict, another dict, or a new dict at a freed address must be looked up again, also
-when the leaf sees many dicts in turn. The ``add_dict_not_contains_key_guard`` lambda is
+that dict (also an empty ``__dict__`` filled by ``update()``, ``dict.__init__`` or ``|=``,
+the writes that Python 3.12's dict watcher reports as ``PyDict_EVENT_CLONED``), another
+dict, or a new dict at a freed address must be looked up again, also when the leaf sees
+more dicts in turn than it keeps versions of (it stops adding versions when full, and
+keeps the ones it has). The class is also compiled as Python 3.12+ compiles it
+(``IS_PYTHON_3_12_PLUS`` true: no version set), which must look every key up on every
+check. The ``add_dict_not_contains_key_guard`` lambda is
 compiled from the patch text too, against stand-ins of ``GuardManager`` and
 ``DictGuardManager`` (their members the lambda uses, copied): keys of one manager join
 one leaf next to other leaves, another manager gets its own, a ``DictGuardManager``
@@ -178,6 +183,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         GuardDebugInfo info = self.check_verbose_nopybind(value.ptr());
         return py::make_tuple(info.result, info.verbose_code_parts, info.user_stack);
       });
+  py::class_<DICT_NOT_CONTAINS_KEYS_312, std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312>>(
+      m, "DICT_NOT_CONTAINS_KEYS_312")
+      .def(py::init([](py::object key, py::list parts, py::object stack) {
+        return std::make_shared<DICT_NOT_CONTAINS_KEYS_312>(
+            nullptr, std::move(key), std::move(parts), std::move(stack));
+      }))
+      .def("add_key", &DICT_NOT_CONTAINS_KEYS_312::add_key)
+      .def("__call__", &DICT_NOT_CONTAINS_KEYS_312::check)
+      .def("check_verbose", [](DICT_NOT_CONTAINS_KEYS_312& self, py::handle value) {
+        return self.check_verbose_nopybind(value.ptr()).result;
+      });
   py::class_<GuardManager, std::shared_ptr<GuardManager>>(m, "GuardManager")
       .def(py::init([]() { return std::make_shared<GuardManager>(nullptr); }))
       .def("add_dict_not_contains_key_guard", BINDING_LAMBDA)
@@ -229,13 +245,39 @@ def binding_lambda(patch: str) -> str:
     return "\n".join(added[start:end] + ["          }"]) + "\n"
 
 
+VERSIONED = "#if !IS_PYTHON_3_12_PLUS"
+
+
+def as_on_python_312(cls: str) -> str:
+    """The class as Python 3.12+ (and a free-threaded build) compiles it, renamed."""
+    assert VERSIONED in cls, f"the leaf's version set is not under `{VERSIONED}`"
+    return cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312").replace(
+        VERSIONED, "#if 0"
+    )
+
+
+def without_versioned_blocks(cls: str) -> str:
+    """The class's lines outside its `#if !IS_PYTHON_3_12_PLUS` ... `#endif` blocks."""
+    out, inside = [], False
+    for line in cls.splitlines():
+        if line.strip() == VERSIONED:
+            inside = True
+        elif inside and line.strip().startswith("#endif"):
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out)
+
+
 @cache
 def extension():
     from torch.utils import cpp_extension
 
+    cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
     source = (
         STAND_INS
-        + added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
+        + cls
+        + as_on_python_312(cls)
         + MANAGERS
         + BINDINGS.replace("BINDING_LAMBDA", binding_lambda(the_patch()))
     )
@@ -261,6 +303,24 @@ class RaisingKey:
 
     def __eq__(self, other):
         raise RuntimeError("no comparison")
+
+
+class CountingKey:
+    """Hashes like "weight", never equals it, and counts the comparisons: a dict that
+    holds one is looked up for "weight" exactly when the count goes up."""
+
+    calls = 0
+
+    def __hash__(self):
+        return hash("weight")
+
+    def __eq__(self, other):
+        CountingKey.calls += 1
+        return False
+
+
+class Obj:
+    scale = 2.0  # a class attribute an instance __dict__ entry would shadow
 
 
 class DictNotContainsKeysTest(TestCase):
@@ -386,6 +446,101 @@ class DictNotContainsKeysTest(TestCase):
         self.assertTrue(leaf(d))
         leaf.add_key("bias", [self.code("bias")], "stack2")
         self.assertFalse(leaf(d))
+
+    def test_an_empty_instance_dict_filled_in_one_step_is_checked_again(self):
+        # Python 3.12+'s dict watcher reports these writes to an empty dict as
+        # PyDict_EVENT_CLONED, which upstream's dict_version_watch_callback does not
+        # give a new version; before 3.12 ma_version_tag changes, and from 3.12 the leaf
+        # has no version set. Each case: the leaf passes on the empty __dict__, then the
+        # class attribute is shadowed by a write into it, and the check must fail.
+        def fills(obj):
+            yield lambda: obj.__dict__.update(scale=5.0)
+            yield lambda: vars(obj).update({"scale": 5.0})
+            yield lambda: dict.__init__(obj.__dict__, scale=5.0)
+            yield lambda: obj.__dict__.__ior__({"scale": 5.0})
+            yield lambda: obj.__dict__.update({"scale": 5.0}.items())
+
+        makers = {
+            "before 3.12": lambda: self.merged(["scale"]),
+            "3.12+": lambda: self.ext.DICT_NOT_CONTAINS_KEYS_312("scale", [], None),
+        }
+        for form, make in makers.items():
+            for i in range(len(list(fills(Obj())))):
+                obj = Obj()
+                leaf = make()
+                self.assertTrue(leaf(obj.__dict__))
+                self.assertTrue(leaf(obj.__dict__))
+                list(fills(obj))[i]()
+                self.assertEqual(obj.scale, 5.0)
+                self.assertFalse(leaf(obj.__dict__), (form, i))
+            # __dict__ replaced by a new empty dict after a pass, then filled
+            obj = Obj()
+            leaf = make()
+            self.assertTrue(leaf(obj.__dict__))
+            obj.__dict__ = {}
+            self.assertTrue(leaf(obj.__dict__))
+            obj.__dict__.update(scale=5.0)
+            self.assertFalse(leaf(obj.__dict__), form)
+            # and plain attribute stores
+            obj = Obj()
+            leaf = make()
+            self.assertTrue(leaf(obj.__dict__))
+            obj.scale = 5.0
+            self.assertFalse(leaf(obj.__dict__), form)
+            del obj.scale
+            self.assertTrue(leaf(obj.__dict__))
+            object.__setattr__(obj, "scale", 6.0)
+            self.assertFalse(leaf(obj.__dict__), form)
+
+    def test_more_dicts_than_it_keeps_versions_of_no_eviction(self):
+        # 300 dicts in turn, more than the 256 versions it keeps: it stops adding
+        # versions when full and keeps the ones it has, so the first 256 dicts are not
+        # looked up again and the others are, every time (no emptying, no cliff); a
+        # write to any of them is seen.
+        leaf = self.merged(["weight"])
+        dicts = [{CountingKey(): i} for i in range(300)]
+        CountingKey.calls = 0
+        for d in dicts:
+            self.assertTrue(leaf(d))
+        self.assertEqual(CountingKey.calls, 300)
+        for _ in range(3):
+            CountingKey.calls = 0
+            for d in dicts:
+                self.assertTrue(leaf(d))
+            self.assertEqual(CountingKey.calls, 300 - 256)
+        for i in (0, 255, 256, 299):
+            dicts[i]["weight"] = 1
+        for _ in range(2):
+            for i, d in enumerate(dicts):
+                self.assertEqual(leaf(d), i not in (0, 255, 256, 299), i)
+        for i in (0, 256):
+            del dicts[i]["weight"]
+            self.assertTrue(leaf(dicts[i]))
+        # a key added empties the set: every dict is looked up again, then kept anew
+        leaf.add_key("bias", [self.code("bias")], "stack1")
+        CountingKey.calls = 0
+        self.assertTrue(leaf(dicts[1]))
+        self.assertEqual(CountingKey.calls, 1)
+        self.assertTrue(leaf(dicts[1]))
+        self.assertEqual(CountingKey.calls, 1)
+
+    def test_on_python_312_every_check_looks_every_key_up(self):
+        # The class as 3.12+ compiles it has no version set: nothing read from the
+        # dict's version decides a check.
+        cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
+        outside = without_versioned_blocks(cls)
+        self.assertNotIn("get_dict_version_unchecked", outside)
+        self.assertNotIn("_passed_versions", outside)
+        leaf = self.ext.DICT_NOT_CONTAINS_KEYS_312("weight", [], None)
+        leaf.add_key("bias", [], None)
+        d = {CountingKey(): 1}
+        CountingKey.calls = 0
+        for n in range(1, 4):
+            self.assertTrue(leaf(d))
+            self.assertEqual(CountingKey.calls, n)
+        for value, expected in (({"bias": 1}, False), ({"x": 1}, True), ([], True)):
+            self.assertEqual(leaf(value), expected)
+            self.assertEqual(leaf.check_verbose(value), expected)
 
     def test_the_binding_merges_the_keys_of_one_manager_into_one_leaf(self):
         # The add_dict_not_contains_key_guard lambda, compiled from the patch text,
