@@ -15,14 +15,11 @@ there (``forward`` and the names read through ``nn.Module.__getattr__``),
 
 * stock: one ``DICT_CONTAINS(contains=False)`` leaf for ``forward`` only;
 * per-name (the shadow PR on a wheel): one ``DICT_CONTAINS`` leaf per name;
-* merged (with the C++ leaf): one ``DICT_NOT_CONTAINS_KEYS`` leaf holding all names, which
-  skips its lookups for a dict whose version (``ma_version_tag`` on this Python) is one it
-  passed on;
-* merged-312: the same leaf with the version as Python 3.12+ reads it (upstream's
-  ``get_dict_version_unchecked``: a map lookup under a lock, emulated here without the
-  ``PyDict_Watch`` call, which 3.11 lacks);
-* no-cache: the same leaf without its version set, every name looked up (as a
-  free-threaded build compiles it).
+* merged (with the C++ leaf, before Python 3.12): one ``DICT_NOT_CONTAINS_KEYS`` leaf
+  holding all names, which skips its lookups for a dict whose version (``ma_version_tag``)
+  is one it passed on (it keeps up to 256 and stops adding when full);
+* merged-3.12+: the same leaf as Python 3.12+ (and a free-threaded build) compiles it:
+  no version set, every name looked up on every check.
 
 It times this for a whole-model compile (one cache entry: each leaf sees the same dict on
 every call) and, with --per-block N..., for ``torch.compile`` applied to each block (one
@@ -51,27 +48,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-EMULATED_312 = r"""
-#include <c10/util/Synchronized.h>
-#include <unordered_map>
-// guards.cpp's get_dict_version_unchecked from Python 3.12, less the PyDict_Watch call.
-struct EmulatedDictVersionState {
-  std::unordered_map<PyObject*, uint64_t> map;
-  uint64_t next_id = 1;
-};
-static c10::Synchronized<EmulatedDictVersionState> emulated_dict_version_state;
-static uint64_t emulated_312_dict_version(PyObject* dict) {
-  return emulated_dict_version_state.withLock(
-      [&](EmulatedDictVersionState& state) -> uint64_t {
-        auto [it, inserted] = state.map.try_emplace(dict, state.next_id);
-        if (inserted) {
-          state.next_id++;
-        }
-        return it->second;
-      });
-}
-"""
 
 TIMING = r"""
 // A copy of guards.cpp's DICT_CONTAINS leaf (torch 2.15.0), for the per-name layout.
@@ -110,14 +86,12 @@ void add_merged(std::shared_ptr<Merged>& merged, std::vector<std::shared_ptr<Lea
 }
 
 // layout: 0 stock (forward only), 1 one DICT_CONTAINS per name, 2 one merged leaf (as
-// Python 3.11 compiles it: ma_version_tag), 3 one merged leaf as 3.12+ compiles it (the
-// version from a dict watcher's map under a lock, emulated), 4 one merged leaf without
-// the version cache (every name looked up, as a free-threaded build compiles it)
+// Python 3.11 compiles it: a set of passed ma_version_tags), 3 one merged leaf as 3.12+
+// and free-threaded builds compile it (no version set, every name looked up)
 std::vector<std::shared_ptr<LeafGuard>> make_leaves(py::list keys, int layout) {
   std::vector<std::shared_ptr<LeafGuard>> mine;
   std::shared_ptr<DICT_NOT_CONTAINS_KEYS> merged;
   std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312> merged_312;
-  std::shared_ptr<DICT_NOT_CONTAINS_KEYS_NOCACHE> merged_nocache;
   for (auto key : keys) {
     py::object k = py::reinterpret_borrow<py::object>(key);
     if (layout == 0 && k.cast<std::string>() != "forward") {
@@ -127,8 +101,6 @@ std::vector<std::shared_ptr<LeafGuard>> make_leaves(py::list keys, int layout) {
       add_merged(merged, mine, k);
     } else if (layout == 3) {
       add_merged(merged_312, mine, k);
-    } else if (layout == 4) {
-      add_merged(merged_nocache, mine, k);
     } else {
       mine.push_back(std::make_shared<DICT_CONTAINS>(
           nullptr, false, k, py::list(), py::none()));
@@ -228,19 +200,10 @@ def build_extension():
 
     leaf = leaf_test_module()
     cls = leaf.added_class(leaf.the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
-    # The same class as Python 3.12+ compiles it: the version comes from upstream's dict
-    # watcher (PyDict_Watch, then a map lookup under a lock). Python 3.11 has no dict
-    # watchers, so the map lookup under the lock is emulated (without PyDict_Watch, which
-    # only sets a bit); it does not see writes, which these dicts do not have.
-    watcher_312 = cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312").replace(
-        "get_dict_version_unchecked(", "emulated_312_dict_version("
-    )
-    # Without the version cache (every name looked up), as a free-threaded build has it.
-    nocache = cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_NOCACHE").replace(
-        "#ifndef Py_GIL_DISABLED", "#if 0"
-    )
-    lookups_only = EMULATED_312 + watcher_312 + nocache
-    source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + lookups_only + TIMING
+    # The same class as Python 3.12+ (and a free-threaded build) compiles it: no version
+    # set, every name looked up.
+    as_312 = leaf.as_on_python_312(cls)
+    source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + as_312 + TIMING
     name = f"absent_key_leaf_cost_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     build_dir = REPO / "build" / name
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -308,7 +271,7 @@ def per_block_dicts(blocks: int):
     return names, dicts, model
 
 
-LAYOUTS = {"stock": 0, "per-name": 1, "merged": 2, "merged-312": 3, "no-cache": 4}
+LAYOUTS = {"stock": 0, "per-name": 1, "merged": 2, "merged-3.12+": 3}
 
 
 def main() -> None:
@@ -338,8 +301,7 @@ def main() -> None:
         "stock": sum("forward" in n for n in names),
         "per-name": sum(len(n) for n in names),
         "merged": sum(1 for n in names if n),
-        "merged-312": sum(1 for n in names if n),
-        "no-cache": sum(1 for n in names if n),
+        "merged-3.12+": sum(1 for n in names if n),
     }
     print(
         f"whole-model compile, {args.blocks} blocks: {len(dicts)} module dicts, "
@@ -355,7 +317,7 @@ def main() -> None:
         print(f"{caches} caches ({reps} passes per run):")
         for label in layouts:
             print(
-                f"  {label:10} {leaves[label]:5} leaves  {med[label]:8.1f} us"
+                f"  {label:12} {leaves[label]:5} leaves  {med[label]:8.1f} us"
                 f"  ({med[label] - med['stock']:+.1f} us against stock)"
             )
     for n in args.per_block:
