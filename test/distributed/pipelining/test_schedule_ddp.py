@@ -494,9 +494,10 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 "DistributedDataParallel module is left unusable",
             )
             # DDP cannot abandon the armed reduction: the option stays set, and
-            # every further use of the module raises an error naming the
-            # failure (a plain DDP forward, as DDP alone raises after a failed
-            # backward, and a new schedule's step).
+            # every further use of the module with grad enabled raises an error
+            # naming the failure (a plain DDP forward, as DDP alone raises after
+            # a failed backward, and a new schedule's step); a forward with grad
+            # disabled does not touch the reducer and runs, as with DDP alone.
             self.assertTrue(ddps[-1].require_manual_backward_finalization)
             left_armed = (
                 rf"\[Stage {n_stages - 1}\] the weight backward that reduces "
@@ -505,6 +506,11 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 "pipeline schedule had set require_manual_backward_finalization"
             )
             comms.clear()
+            for no_grad in (torch.no_grad, torch.inference_mode):
+                with no_grad():
+                    torch.testing.assert_close(
+                        ddps[-1](x), modules[-1](x), msg=no_grad.__name__
+                    )
             with self.assertRaisesRegex(RuntimeError, left_armed):
                 ddps[-1](x)
             with self.assertRaisesRegex(RuntimeError, left_armed):
