@@ -445,7 +445,7 @@ class ReviewRev25cTest(TestCase):
         for x in (signed, unsigned):
             x[0, 0] = 0
             x[0, 1] = 0
-        P, R = Partial, Replicate()
+        P = Partial
         wrong = {}
         right = {}
         for name, x in (("int64", signed), ("uint8", unsigned)):
