@@ -532,6 +532,8 @@ def _constructed(name: str):
         return _constructed_review2(name[len("review2-") :])
     if name.startswith("review3-"):
         return _constructed_review3(name[len("review3-") :])
+    if name.startswith("review4-"):
+        return _constructed_review4(name[len("review4-") :])
     raise KeyError(name)
 
 
@@ -654,6 +656,47 @@ def _constructed_review3(name: str):
     raise KeyError(name)
 
 
+def _constructed_review4(name: str):
+    """The samples of the cold review rev25c (its corpus entries review4-*)."""
+    import torch
+
+    aten = torch.ops.aten
+    op = name.split("-")[0]
+    if op in ("addfloor15", "addfloor20"):  # +-1e15 (1e20) and one 0.01
+        big, y = (1e15, 0.03) if op == "addfloor15" else (1e20, 1000.0)
+        x = torch.full((16,), big)
+        x[::2] *= -1
+        x[6] = 0.01
+        return aten.add.Tensor, (x.reshape(4, 4), torch.full((4, 4), y)), {}
+    if op in ("sumdtype", "meandtype"):  # review3-sumcancel's values, dtype=float32
+        g = torch.Generator().manual_seed(0)
+        v = torch.randn(64, generator=g, dtype=torch.float64) * 3
+        v -= v.mean()
+        v[0] += 2e-4
+        x = v.float()
+        if op == "sumdtype":
+            return aten.sum.default, (x,), {"dtype": torch.float32}
+        return aten.mean.default, (x * 64,), {"dtype": torch.float32}
+    if op.startswith(("clone", "mul3x")):  # one set bit, 0-d
+        v = 16 if op.endswith("x16") or op == "clone16" else 2**26
+        x = torch.tensor(v)
+        if op.startswith("mul3x"):
+            return aten.mul.Scalar, (x, 3), {}
+        return aten.clone.default, (x,), {}
+    # OpInfo's integer range, zeros on elements of coordinate sum 0 and 1
+    g = torch.Generator().manual_seed(6)
+    if op in ("i64all", "u8all"):
+        lo, dtype = (-9, torch.int64) if op == "i64all" else (0, torch.uint8)
+        x = torch.randint(lo, 10, (6, 6), generator=g).to(dtype)
+        x[0, 0] = 0
+        x[0, 1] = 0
+        return aten.all.default, (x,), {}
+    if op in ("i64anyzero", "u8anyzero"):  # all zeros: any() is False
+        dtype = torch.int64 if op == "i64anyzero" else torch.uint8
+        return aten.any.default, (torch.zeros(6, 6, dtype=dtype),), {}
+    raise KeyError(name)
+
+
 _R2 = "review 2026-11-27: "
 _PI = "accepted by the Partial-input PR's "
 
@@ -694,6 +737,34 @@ REVIEW3 = (
     ("review3-bf16f32add-sum-sum", "binary", "bfloat16", (("P(sum)", "R"), ("P(sum)",)),
      _R3 + "tolerance PR: a bfloat16 P(sum) operand sets 4 bf16 ulps of the whole "
      "float32 output's per-rank magnitude"),
+)  # fmt: skip
+
+_R4 = "review rev25c: "
+
+# The cold review rev25c (after the fixes of rev25b).
+REVIEW4 = (
+    *[(f"review4-{op}-sum-sum", "binary", "float32", (("P(sum)", "R"), ("P(sum)",)),
+       _R4 + "tolerance PR: the float64 recheck's band, 4 ulps of per-rank values set "
+       "by the split's floor (median |x| / 16) on the one small element")
+      for op in ("addfloor15", "addfloor20")],
+    *[(f"review4-{op}-sum-avg", "reduction", "float32", (("P(sum)",), ("P(avg)",)),
+       _R4 + "tolerance PR: the float64 recheck ran the op with dtype=torch.float32")
+      for op in ("sumdtype", "meandtype")],
+    *[(f"review4-{op}-bor-{dst}", fam, "int64", (("P(bor)",), (f"P({dst})",)),
+       _R4 + "Partial-input PR: the random bor patterns left a single set bit on one "
+       "rank (disjoint pieces)")
+      for op, fam, dst in (("clone16", "unary", "sum"), ("clone2p26", "unary", "sum"),
+                           ("mul3x16", "binary", "sum"), ("mul3x2p26", "binary", "sum"),
+                           ("clone16", "unary", "bxor"), ("clone2p26", "unary", "bxor"))],
+    *[(f"review4-{op}-sum-{dst}", "reduction", dtype, (("P(sum)",), (f"P({dst})",)),
+       _R4 + "Partial-input PR: the integer sum split held a zero whole on rank 0 and "
+       "put 0 on ranks 1.., so every rank's all() was False like the truth")
+      for op, dtype in (("i64all", "int64"), ("u8all", "uint8"))
+      for dst in ("max", "sum", "bor")],
+    *[(f"review4-{op}-sum-{dst}", "reduction", dtype, (("P(sum)",), (f"P({dst})",)),
+       _R4 + "any() of an all-zero integer P(sum) input (the R6 class's any side)")
+      for op, dtype in (("i64anyzero", "int64"), ("u8anyzero", "uint8"))
+      for dst in ("max", "sum")],
 )  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -771,6 +842,7 @@ FOUND = (
     ("review2-normpadd-n2-n2", "binary", "float32", (("_NormP(2)", "R"), ("_NormP(2)",)),
      _R2 + "untestable (_NormPartial input) in the _NormPartial PR, so not reported"),
     *REVIEW3,
+    *REVIEW4,
 )  # fmt: skip
 
 

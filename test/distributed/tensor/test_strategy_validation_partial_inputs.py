@@ -6,7 +6,7 @@ A rule the validator reports incorrect must be wrong, and a wrong rule must be r
 import torch
 import torch.distributed as dist
 import torch.distributed.tensor._ops.strategy_validation as sv
-from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.testing._internal.common_utils import run_tests, TestCase
@@ -428,6 +428,99 @@ class ReviewRev25bTest(TestCase):
             for name, (op, args, rule) in right.items():
                 with self.subTest(name, world_size=world_size):
                     self.assertIs(self.judge(op, args, rule, world_size), True)
+
+
+class ReviewRev25cTest(TestCase):
+    """Wrong rules of the cold review rev25c, rejected at 2 and 3 ranks; the right
+    rules of the same samples stay accepted."""
+
+    judge = WrongRuleTest.judge
+
+    def test_review_rev25c_wrong_rules(self):
+        g = torch.Generator().manual_seed(6)
+        # OpInfo's integer range, with zeros on elements of coordinate sum 0 and 1:
+        # the integer sum split held them whole on rank 0 and put 0 on ranks 1..
+        signed = torch.randint(-9, 10, (6, 6), generator=g)
+        unsigned = torch.randint(0, 10, (6, 6), generator=g).to(torch.uint8)
+        for x in (signed, unsigned):
+            x[0, 0] = 0
+            x[0, 1] = 0
+        P = Partial
+        wrong = {}
+        right = {}
+        for name, x in (("int64", signed), ("uint8", unsigned)):
+            for out in ("max", "sum", "bor"):
+                wrong[f"{name} all P(sum) -> P({out})"] = (
+                    aten.all.default,
+                    (x,),
+                    ((P("sum"),), (P(out),)),
+                )
+        right["int64 all P(min)"] = (
+            aten.all.default,
+            (signed,),
+            ((P("min"),), (P("min"),)),
+        )
+        right["int64 all S(0) -> P(min)"] = (
+            aten.all.default,
+            (signed,),
+            ((Shard(0),), (P("min"),)),
+        )
+        # one set bit: random bor patterns left it on one rank only
+        for v in (16, 2**26):
+            x = torch.tensor(v)
+            wrong[f"clone {v} P(bor) -> P(sum)"] = (
+                aten.clone.default,
+                (x,),
+                ((P("bor"),), (P("sum"),)),
+            )
+            wrong[f"mul.Scalar {v} P(bor) -> P(sum)"] = (
+                aten.mul.Scalar,
+                (x, 3),
+                ((P("bor"),), (P("sum"),)),
+            )
+            wrong[f"clone {v} P(bor) -> P(bxor)"] = (
+                aten.clone.default,
+                (x,),
+                ((P("bor"),), (P("bxor"),)),
+            )
+            right[f"clone {v} P(bor)"] = (
+                aten.clone.default,
+                (x,),
+                ((P("bor"),), (P("bor"),)),
+            )
+        for world_size in (2, 3):
+            for name, (op, args, rule) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), False)
+            for name, (op, args, rule) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), True)
+
+    def test_bitwise_splits_are_the_same_on_every_rank(self):
+        # Drawn outside LocalTensorMode: each rank's piece is a plain tensor, and a
+        # wrong rule is rejected on values, not through an error.
+        x = torch.tensor(1)
+        world_size = 2
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=world_size
+        )
+        try:
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                for op in ("bor", "band", "bxor"):
+                    split = sv._shard_tensors(
+                        [("x", x)], (Partial(op),), world_size, mesh
+                    )[0]
+                    for piece in split._local_tensors.values():
+                        self.assertNotIsInstance(piece, LocalTensor)
+                rule = ((Partial("bor"),), (Partial("sum"),))
+                valid, why = sv.validate_aten_combination(
+                    aten.clone.default, (x,), {}, x, rule, world_size, mesh
+                )
+        finally:
+            dist.destroy_process_group()
+        self.assertIs(valid, False)
+        self.assertIn("Value mismatch", why)
 
 
 if __name__ == "__main__":

@@ -280,6 +280,42 @@ class Float64RecheckTest(TestCase):
                         judge(op, args, (right_in, right_out), world_size), True
                     )
 
+    def test_review_rev25c_wrong_rules_below_the_band(self):
+        # Float32 elements of 1e15 (1e20) next to one of 0.01: the split's floor
+        # (1/16 of the median) made that element's per-rank values about 6e13
+        # (6e18), and 4 float64 ulps of them exceeded the wrong rule's error.
+        P, R = Partial, Replicate()
+        for big, y in ((1e15, 0.03), (1e20, 1000.0)):
+            x = torch.full((16,), big)
+            x[::2] *= -1
+            x[6] = 0.01
+            x = x.reshape(4, 4)
+            y = torch.full((4, 4), y)
+            for world_size in (2, 3):
+                with self.subTest(big=big, world_size=world_size):
+                    wrong = ((P("sum"), R), (P("sum"),))
+                    right = ((P("sum"), P("sum")), (P("sum"),))
+                    self.assertIs(
+                        judge(aten.add.Tensor, (x, y), wrong, world_size), False
+                    )
+                    self.assertIs(
+                        judge(aten.add.Tensor, (x, y), right, world_size), True
+                    )
+        # A dtype argument: the recheck ran sum(dtype=torch.float32) in float32.
+        g = torch.Generator().manual_seed(0)
+        v = torch.randn(64, generator=g, dtype=torch.float64) * 3
+        v -= v.mean()
+        v[0] += 2e-4
+        cancel = v.float()
+        kwargs = {"dtype": torch.float32}
+        for op, x in ((aten.sum.default, cancel), (aten.mean.default, cancel * 64)):
+            for world_size in (2, 3):
+                with self.subTest(str(op), world_size=world_size):
+                    wrong = ((P("sum"),), (P("avg"),))
+                    right = ((P("sum"),), (P("sum"),))
+                    self.assertIs(judge(op, (x,), wrong, world_size, kwargs), False)
+                    self.assertIs(judge(op, (x,), right, world_size, kwargs), True)
+
     def test_contractions_within_rounding(self):
         # Right rules whose per-rank values cancel: accepted in both checks.
         g = torch.Generator().manual_seed(0)
