@@ -235,6 +235,9 @@ def reduced_value(operand):
     if kind == "R":
         return torch.tensor(values, dtype=dtype)
     per_rank = [torch.tensor(v, dtype=dtype) for v in values]
+    if reduce_op in ("max", "min"):
+        pick = torch.maximum if reduce_op == "max" else torch.minimum
+        return functools.reduce(pick, per_rank)
     if reduce_op == "avg":
         total = functools.reduce(operator.add, per_rank)
         if dtype.is_floating_point:
@@ -253,9 +256,7 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             return DTensor.from_local(
                 torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
             )
-        local = map_local_for_rank(
-            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
-        )
+        local = map_local_for_rank(self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype))
         return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
@@ -318,9 +319,7 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             torch.add(self._dtensor(mesh, y), self._dtensor(mesh, y), out=out)
         self.assertEqual(comm_mode.get_total_counts(), 0)
         self.assertEqual(out.placements, (Partial(),))
-        self.assertEqual(
-            out.full_tensor(), (reduced_value(y) + reduced_value(y)).double()
-        )
+        self.assertEqual(out.full_tensor(), (reduced_value(y) + reduced_value(y)).double())
 
     def test_an_out_the_result_is_cast_back_into(self):
         mesh = self.build_device_mesh()
@@ -356,6 +355,179 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             rtol=0,
         )
 
+    def _run_out(self, fn, operands, out):
+        """fn(*operands, out=out) on DTensors; returns the collective count."""
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            fn(*operands, out=out)
+        return comm_mode.get_total_counts()
+
+    def test_an_in_place_or_out_variant_accumulates_in_its_dtype(self):
+        # cumsum_ accumulates in self's dtype, cumsum.out and sum.IntList_out
+        # in out's: an integer pending sum wraps alike and stays pending (they
+        # used to be checked as accumulating in int64, and raised).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        for dtype in (i8, u8, i16, i32):
+            x = wrap(dtype)
+            reduced = reduced_value(x)
+            with self.subTest("cumsum_", dtype=dtype):
+                t = self._dtensor(mesh, x)
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    t.cumsum_(0)
+                self.assertEqual(comm_mode.get_total_counts(), 0)
+                self.assertEqual(t.placements, (Partial(),))
+                self.assertEqual(t.full_tensor(), reduced.clone().cumsum_(0))
+            for name, fn, truth in [
+                (
+                    "cumsum.out",
+                    lambda a, out: torch.cumsum(a, 0, out=out),
+                    reduced.cumsum(0).to(dtype),
+                ),
+                (
+                    "sum.IntList_out",
+                    lambda a, out: torch.sum(a, 0, out=out),
+                    reduced.sum(0).to(dtype),
+                ),
+            ]:
+                with self.subTest(name, dtype=dtype):
+                    zeros = torch.zeros_like(truth).tolist()
+                    out = self._dtensor(mesh, P(dtype, zeros, zeros))
+                    count = self._run_out(fn, [self._dtensor(mesh, x)], out)
+                    self.assertEqual(count, 0)
+                    self.assertEqual(out.placements, (Partial(),))
+                    self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A wider out does not wrap where the int8 sum does: it reduces first
+        # (a Partial out raises). The sharding cache tells the outs apart.
+        x = wrap(i8)
+        truth = torch.cumsum(reduced_value(x), 0, dtype=i32)
+        zeros = torch.zeros_like(truth).tolist()
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                lambda a, out: torch.cumsum(a, 0, out=out),
+                [self._dtensor(mesh, x)],
+                self._dtensor(mesh, P(i32, zeros, zeros)),
+            )
+        out = self._dtensor(mesh, R(i32, zeros))
+        count = self._run_out(
+            lambda a, out: torch.cumsum(a, 0, out=out), [self._dtensor(mesh, x)], out
+        )
+        self.assertEqual(count, 1)
+        self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # mean.dtype_out averages in out's dtype: a float16 out rounds (and
+        # overflows) each rank's float32 value before the average.
+        y = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]], "avg")
+        mean_out = torch.ops.aten.mean.dtype_out
+        for out_dtype, placement, collectives in [
+            (f32, Partial("avg"), 0),
+            (f16, Replicate(), 1),
+        ]:
+            with self.subTest("mean.dtype_out", out_dtype=out_dtype):
+                if placement == Replicate():
+                    out = self._dtensor(mesh, R(out_dtype, 0.0))
+                else:
+                    out = self._dtensor(mesh, P(out_dtype, 0.0, 0.0, "avg"))
+                count = self._run_out(
+                    lambda a, out: mean_out(a, out=out), [self._dtensor(mesh, y)], out
+                )
+                self.assertEqual(count, collectives)
+                self.assertEqual(out.placements, (placement,))
+                self.assertEqual(
+                    out.full_tensor(),
+                    mean_out(reduced_value(y), out=torch.empty((), dtype=out_dtype)),
+                )
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                lambda a, out: mean_out(a, out=out),
+                [self._dtensor(mesh, y)],
+                self._dtensor(mesh, P(f16, 0.0, 0.0, "avg")),
+            )
+
+    def test_a_max_or_min_out_that_holds_the_partial_operand(self):
+        # maximum/minimum return one of their operands: where the Partial
+        # operand's dtype casts into out's keeping order, a Replicate value out
+        # cannot hold is every rank's result (above its range) or none's, so
+        # the pending max/min survives the cast into out.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        xs = [[-100, 5, 127, -128]], [[3, -7, 0, -1]]
+        cases = [
+            (
+                "maximum int8 P(max) int32 R",
+                torch.maximum,
+                "max",
+                [[2**20, -(2**20), 100, 255]],
+                i32,
+            ),
+            (
+                "minimum int8 P(min) int64 R",
+                torch.minimum,
+                "min",
+                [[2**40, -(2**40), 100, 255]],
+                i64,
+            ),
+        ]
+        for name, fn, reduce_op, r, r_dtype in cases:
+            with self.subTest(name):
+                x = P(i8, *xs, reduce_op)
+                y = R(r_dtype, r)
+                zeros = [[0, 0, 0, 0]]
+                out = self._dtensor(mesh, P(i8, zeros, zeros, reduce_op))
+                ops = [self._dtensor(mesh, x), self._dtensor(mesh, y)]
+                count = self._run_out(fn, ops, out)
+                self.assertEqual(count, 0)
+                self.assertEqual(out.placements, (Partial(reduce_op),))
+                truth = fn(reduced_value(x), reduced_value(y)).to(i8)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # Not a selection: int8 + int32 wraps into the int8 out per rank.
+        x = P(i8, [[100, 20]], [[20, 100]], "max")
+        out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                torch.add,
+                [self._dtensor(mesh, x), self._dtensor(mesh, R(i32, [[100, 100]]))],
+                out,
+            )
+        # A Partial operand out's dtype does not hold is reduced first.
+        x = P(i16, [[300, 100]], [[100, 300]], "max")
+        out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
+        count = self._run_out(
+            torch.maximum,
+            [self._dtensor(mesh, x), self._dtensor(mesh, R(i8, [[0, 0]]))],
+            out,
+        )
+        self.assertEqual(count, 1)
+        self.assertEqual(out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0)
+
+    def test_index_fill_keeps_a_max_or_min_value_of_a_narrower_dtype(self):
+        # An order-keeping cast (an integer widening) commutes with max/min:
+        # no collective, in place or not (the in-place op used to raise).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        index = torch.tensor([1, 3])
+        for reduce_op in ("max", "min"):
+            x = P(i32, [1, 2, 3, 4], [5, 6, 7, 8], reduce_op)
+            v = P(i8, 50, -5, reduce_op)
+            truth = reduced_value(x).index_fill(0, index, reduced_value(v))
+            for in_place in (False, True):
+                with self.subTest(reduce_op=reduce_op, in_place=in_place):
+                    t = self._dtensor(mesh, x)
+                    value = self._dtensor(mesh, v)
+                    idx = DTensor.from_local(index, mesh, [Replicate()], run_check=False)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        if in_place:
+                            res = t.index_fill_(0, idx, value)
+                        else:
+                            res = torch.index_fill(t, 0, idx, value)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(res.placements, (Partial(reduce_op),))
+                    self.assertEqual(res.full_tensor(), truth, atol=0, rtol=0)
+
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
         # one): a sum() plan kept for int64 must not serve sum(dtype=float32),
@@ -365,9 +537,7 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         mesh = self.build_device_mesh()
         x = wrap(i64)
         self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
-        self._check(
-            mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1
-        )
+        self._check(mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1)
         for scalar in (2, 0.5):
             self._check(
                 mesh,
