@@ -256,7 +256,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             return DTensor.from_local(
                 torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
             )
-        local = map_local_for_rank(self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype))
+        local = map_local_for_rank(
+            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
+        )
         return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
@@ -319,7 +321,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             torch.add(self._dtensor(mesh, y), self._dtensor(mesh, y), out=out)
         self.assertEqual(comm_mode.get_total_counts(), 0)
         self.assertEqual(out.placements, (Partial(),))
-        self.assertEqual(out.full_tensor(), (reduced_value(y) + reduced_value(y)).double())
+        self.assertEqual(
+            out.full_tensor(), (reduced_value(y) + reduced_value(y)).double()
+        )
 
     def test_an_out_the_result_is_cast_back_into(self):
         mesh = self.build_device_mesh()
@@ -500,7 +504,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             out,
         )
         self.assertEqual(count, 1)
-        self.assertEqual(out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0)
+        self.assertEqual(
+            out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0
+        )
 
     def test_index_fill_keeps_a_max_or_min_value_of_a_narrower_dtype(self):
         # An order-keeping cast (an integer widening) commutes with max/min:
@@ -517,7 +523,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 with self.subTest(reduce_op=reduce_op, in_place=in_place):
                     t = self._dtensor(mesh, x)
                     value = self._dtensor(mesh, v)
-                    idx = DTensor.from_local(index, mesh, [Replicate()], run_check=False)
+                    idx = DTensor.from_local(
+                        index, mesh, [Replicate()], run_check=False
+                    )
                     comm_mode = CommDebugMode()
                     with comm_mode:
                         if in_place:
@@ -537,7 +545,9 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         mesh = self.build_device_mesh()
         x = wrap(i64)
         self._check(mesh, "int64 sum", lambda t: t.sum(), [x], Partial(), 0)
-        self._check(mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1)
+        self._check(
+            mesh, "then sum(dtype)", lambda t: t.sum(dtype=f32), [x], Replicate(), 1
+        )
         for scalar in (2, 0.5):
             self._check(
                 mesh,
