@@ -420,6 +420,20 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         )
         self.assertEqual(count, 1)
         self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A float16 out of a float32 sum rounds (and overflows) each rank's
+        # sum: a Partial out raises, a Replicate one gets the reduced sum.
+        z = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]])
+        sum_out = lambda a, out: torch.sum(a, 1, out=out)  # noqa: E731
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                sum_out,
+                [self._dtensor(mesh, z)],
+                self._dtensor(mesh, P(f16, [0.0], [0.0])),
+            )
+        out = self._dtensor(mesh, R(f16, [0.0]))
+        self.assertEqual(self._run_out(sum_out, [self._dtensor(mesh, z)], out), 1)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(out.full_tensor(), reduced_value(z).sum(1).to(f16))
         # mean.dtype_out averages in out's dtype: a float16 out rounds (and
         # overflows) each rank's float32 value before the average.
         y = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]], "avg")
