@@ -235,6 +235,9 @@ def reduced_value(operand):
     if kind == "R":
         return torch.tensor(values, dtype=dtype)
     per_rank = [torch.tensor(v, dtype=dtype) for v in values]
+    if reduce_op in ("max", "min"):
+        pick = torch.maximum if reduce_op == "max" else torch.minimum
+        return functools.reduce(pick, per_rank)
     if reduce_op == "avg":
         total = functools.reduce(operator.add, per_rank)
         if dtype.is_floating_point:
@@ -355,6 +358,197 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             atol=0,
             rtol=0,
         )
+
+    def _run_out(self, fn, operands, out):
+        """fn(*operands, out=out) on DTensors; returns the collective count."""
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            fn(*operands, out=out)
+        return comm_mode.get_total_counts()
+
+    def test_an_in_place_or_out_variant_accumulates_in_its_dtype(self):
+        # cumsum_ accumulates in self's dtype, cumsum.out and sum.IntList_out
+        # in out's: an integer pending sum wraps alike and stays pending (they
+        # used to be checked as accumulating in int64, and raised).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        for dtype in (i8, u8, i16, i32):
+            x = wrap(dtype)
+            reduced = reduced_value(x)
+            with self.subTest("cumsum_", dtype=dtype):
+                t = self._dtensor(mesh, x)
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    t.cumsum_(0)
+                self.assertEqual(comm_mode.get_total_counts(), 0)
+                self.assertEqual(t.placements, (Partial(),))
+                self.assertEqual(t.full_tensor(), reduced.clone().cumsum_(0))
+            for name, fn, truth in [
+                (
+                    "cumsum.out",
+                    lambda a, out: torch.cumsum(a, 0, out=out),
+                    reduced.cumsum(0).to(dtype),
+                ),
+                (
+                    "sum.IntList_out",
+                    lambda a, out: torch.sum(a, 0, out=out),
+                    reduced.sum(0).to(dtype),
+                ),
+            ]:
+                with self.subTest(name, dtype=dtype):
+                    zeros = torch.zeros_like(truth).tolist()
+                    out = self._dtensor(mesh, P(dtype, zeros, zeros))
+                    count = self._run_out(fn, [self._dtensor(mesh, x)], out)
+                    self.assertEqual(count, 0)
+                    self.assertEqual(out.placements, (Partial(),))
+                    self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A wider out does not wrap where the int8 sum does: it reduces first
+        # (a Partial out raises). The sharding cache tells the outs apart.
+        x = wrap(i8)
+        truth = torch.cumsum(reduced_value(x), 0, dtype=i32)
+        zeros = torch.zeros_like(truth).tolist()
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                lambda a, out: torch.cumsum(a, 0, out=out),
+                [self._dtensor(mesh, x)],
+                self._dtensor(mesh, P(i32, zeros, zeros)),
+            )
+        out = self._dtensor(mesh, R(i32, zeros))
+        count = self._run_out(
+            lambda a, out: torch.cumsum(a, 0, out=out), [self._dtensor(mesh, x)], out
+        )
+        self.assertEqual(count, 1)
+        self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # A float16 out of a float32 sum rounds (and overflows) each rank's
+        # sum: a Partial out raises, a Replicate one gets the reduced sum.
+        z = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]])
+        sum_out = lambda a, out: torch.sum(a, 1, out=out)  # noqa: E731
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                sum_out,
+                [self._dtensor(mesh, z)],
+                self._dtensor(mesh, P(f16, [0.0], [0.0])),
+            )
+        out = self._dtensor(mesh, R(f16, [0.0]))
+        self.assertEqual(self._run_out(sum_out, [self._dtensor(mesh, z)], out), 1)
+        self.assertEqual(out.placements, (Replicate(),))
+        self.assertEqual(out.full_tensor(), reduced_value(z).sum(1).to(f16))
+        # mean.dtype_out averages in out's dtype: a float16 out rounds (and
+        # overflows) each rank's float32 value before the average.
+        y = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]], "avg")
+        mean_out = torch.ops.aten.mean.dtype_out
+        for out_dtype, placement, collectives in [
+            (f32, Partial("avg"), 0),
+            (f16, Replicate(), 1),
+        ]:
+            with self.subTest("mean.dtype_out", out_dtype=out_dtype):
+                if placement == Replicate():
+                    out = self._dtensor(mesh, R(out_dtype, 0.0))
+                else:
+                    out = self._dtensor(mesh, P(out_dtype, 0.0, 0.0, "avg"))
+                count = self._run_out(
+                    lambda a, out: mean_out(a, out=out), [self._dtensor(mesh, y)], out
+                )
+                self.assertEqual(count, collectives)
+                self.assertEqual(out.placements, (placement,))
+                self.assertEqual(
+                    out.full_tensor(),
+                    mean_out(reduced_value(y), out=torch.empty((), dtype=out_dtype)),
+                )
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                lambda a, out: mean_out(a, out=out),
+                [self._dtensor(mesh, y)],
+                self._dtensor(mesh, P(f16, 0.0, 0.0, "avg")),
+            )
+
+    def test_a_max_or_min_out_that_holds_the_partial_operand(self):
+        # maximum/minimum return one of their operands: where the Partial
+        # operand's dtype casts into out's keeping order, a Replicate value out
+        # cannot hold is every rank's result (above its range) or none's, so
+        # the pending max/min survives the cast into out.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        xs = [[-100, 5, 127, -128]], [[3, -7, 0, -1]]
+        cases = [
+            (
+                "maximum int8 P(max) int32 R",
+                torch.maximum,
+                "max",
+                [[2**20, -(2**20), 100, 255]],
+                i32,
+            ),
+            (
+                "minimum int8 P(min) int64 R",
+                torch.minimum,
+                "min",
+                [[2**40, -(2**40), 100, 255]],
+                i64,
+            ),
+        ]
+        for name, fn, reduce_op, r, r_dtype in cases:
+            with self.subTest(name):
+                x = P(i8, *xs, reduce_op)
+                y = R(r_dtype, r)
+                zeros = [[0, 0, 0, 0]]
+                out = self._dtensor(mesh, P(i8, zeros, zeros, reduce_op))
+                ops = [self._dtensor(mesh, x), self._dtensor(mesh, y)]
+                count = self._run_out(fn, ops, out)
+                self.assertEqual(count, 0)
+                self.assertEqual(out.placements, (Partial(reduce_op),))
+                truth = fn(reduced_value(x), reduced_value(y)).to(i8)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # Not a selection: int8 + int32 wraps into the int8 out per rank.
+        x = P(i8, [[100, 20]], [[20, 100]], "max")
+        out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            self._run_out(
+                torch.add,
+                [self._dtensor(mesh, x), self._dtensor(mesh, R(i32, [[100, 100]]))],
+                out,
+            )
+        # A Partial operand out's dtype does not hold is reduced first.
+        x = P(i16, [[300, 100]], [[100, 300]], "max")
+        out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
+        count = self._run_out(
+            torch.maximum,
+            [self._dtensor(mesh, x), self._dtensor(mesh, R(i8, [[0, 0]]))],
+            out,
+        )
+        self.assertEqual(count, 1)
+        self.assertEqual(
+            out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0
+        )
+
+    def test_index_fill_keeps_a_max_or_min_value_of_a_narrower_dtype(self):
+        # An order-keeping cast (an integer widening) commutes with max/min:
+        # no collective, in place or not (the in-place op used to raise).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        index = torch.tensor([1, 3])
+        for reduce_op in ("max", "min"):
+            x = P(i32, [1, 2, 3, 4], [5, 6, 7, 8], reduce_op)
+            v = P(i8, 50, -5, reduce_op)
+            truth = reduced_value(x).index_fill(0, index, reduced_value(v))
+            for in_place in (False, True):
+                with self.subTest(reduce_op=reduce_op, in_place=in_place):
+                    t = self._dtensor(mesh, x)
+                    value = self._dtensor(mesh, v)
+                    idx = DTensor.from_local(
+                        index, mesh, [Replicate()], run_check=False
+                    )
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        if in_place:
+                            res = t.index_fill_(0, idx, value)
+                        else:
+                            res = torch.index_fill(t, 0, idx, value)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(res.placements, (Partial(reduce_op),))
+                    self.assertEqual(res.full_tensor(), truth, atol=0, rtol=0)
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
