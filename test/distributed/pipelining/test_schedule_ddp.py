@@ -513,6 +513,20 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     )
             with self.assertRaisesRegex(RuntimeError, left_armed):
                 ddps[-1](x)
+
+            # A forward under no_grad that enables grad itself, and leaves it
+            # on, has DDP prepare the armed reducer when it returns: it raises
+            # too, instead of handing back an output whose backward would never
+            # be reduced.
+            def enable_grad_and_leave_it_on(*_):
+                torch.set_grad_enabled(True)
+
+            enable_grad = modules[-1].register_forward_pre_hook(
+                enable_grad_and_leave_it_on
+            )
+            with torch.no_grad(), self.assertRaisesRegex(RuntimeError, left_armed):
+                ddps[-1](x)
+            enable_grad.remove()
             with self.assertRaisesRegex(RuntimeError, left_armed):
                 make_schedule().step(x, target=y)
             self.assertEqual(comms, [])
