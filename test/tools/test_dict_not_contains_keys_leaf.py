@@ -319,6 +319,16 @@ class CountingKey:
         return False
 
 
+def eq_calls_per_lookup() -> int:
+    """Comparisons one lookup of "weight" makes in a dict holding one CountingKey: 1
+    or 2, as the probe sequence of the hash (it varies with PYTHONHASHSEED) may come
+    back to the CountingKey's slot before it reaches an empty one."""
+    CountingKey.calls = 0
+    _ = "weight" in {CountingKey(): 0}
+    calls, CountingKey.calls = CountingKey.calls, 0
+    return calls
+
+
 class Obj:
     scale = 2.0  # a class attribute an instance __dict__ entry would shadow
 
@@ -498,16 +508,17 @@ class DictNotContainsKeysTest(TestCase):
         # looked up again and the others are, every time (no emptying, no cliff); a
         # write to any of them is seen.
         leaf = self.merged(["weight"])
+        per_lookup = eq_calls_per_lookup()
         dicts = [{CountingKey(): i} for i in range(300)]
         CountingKey.calls = 0
         for d in dicts:
             self.assertTrue(leaf(d))
-        self.assertEqual(CountingKey.calls, 300)
+        self.assertEqual(CountingKey.calls, 300 * per_lookup)
         for _ in range(3):
             CountingKey.calls = 0
             for d in dicts:
                 self.assertTrue(leaf(d))
-            self.assertEqual(CountingKey.calls, 300 - 256)
+            self.assertEqual(CountingKey.calls, (300 - 256) * per_lookup)
         for i in (0, 255, 256, 299):
             dicts[i]["weight"] = 1
         for _ in range(2):
@@ -520,9 +531,9 @@ class DictNotContainsKeysTest(TestCase):
         leaf.add_key("bias", [self.code("bias")], "stack1")
         CountingKey.calls = 0
         self.assertTrue(leaf(dicts[1]))
-        self.assertEqual(CountingKey.calls, 1)
+        self.assertEqual(CountingKey.calls, per_lookup)
         self.assertTrue(leaf(dicts[1]))
-        self.assertEqual(CountingKey.calls, 1)
+        self.assertEqual(CountingKey.calls, per_lookup)
 
     def test_on_python_312_every_check_looks_every_key_up(self):
         # The class as 3.12+ compiles it has no version set: nothing read from the
@@ -533,11 +544,12 @@ class DictNotContainsKeysTest(TestCase):
         self.assertNotIn("_passed_versions", outside)
         leaf = self.ext.DICT_NOT_CONTAINS_KEYS_312("weight", [], None)
         leaf.add_key("bias", [], None)
+        per_lookup = eq_calls_per_lookup()
         d = {CountingKey(): 1}
         CountingKey.calls = 0
         for n in range(1, 4):
             self.assertTrue(leaf(d))
-            self.assertEqual(CountingKey.calls, n)
+            self.assertEqual(CountingKey.calls, n * per_lookup)
         for value, expected in (({"bias": 1}, False), ({"x": 1}, True), ([], True)):
             self.assertEqual(leaf(value), expected)
             self.assertEqual(leaf.check_verbose(value), expected)
