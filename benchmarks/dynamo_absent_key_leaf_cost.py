@@ -41,7 +41,6 @@ benchmarks/dynamo_module_guards.py to see how far the estimate is off.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import statistics
 import sys
@@ -196,25 +195,13 @@ def leaf_test_module():
 
 
 def build_extension():
-    from torch.utils import cpp_extension
-
     leaf = leaf_test_module()
     cls = leaf.added_class(leaf.the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
     # The same class as Python 3.12+ (and a free-threaded build) compiles it: no version
     # set, every name looked up.
     as_312 = leaf.as_on_python_312(cls)
     source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + as_312 + TIMING
-    name = f"absent_key_leaf_cost_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
-    build_dir = REPO / "build" / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    (build_dir / "cost.cpp").write_text(source)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(build_dir / "cost.cpp")],
-        extra_cflags=["-O2"],
-        build_directory=str(build_dir),
-        verbose=False,
-    )
+    return leaf.load_source(source, "absent_key_leaf_cost", "-O2")
 
 
 def checked_dicts(blocks: int):

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -243,35 +244,20 @@ class Bench:
         return {"us": 1e6 * cpu / calls, "wall_us": 1e6 * wall / calls}
 
 
-class _StandInCodeParts(list):
-    """The code parts of a stand-in leaf, which also holds the names it checks."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = set()
-
-
-def _stand_in_add_dict_not_contains_key_guard(mgr, key, verbose_code_parts, user_stack):
-    """The C++ binding's behaviour with a LAMBDA leaf: one leaf per guard manager checks
-    that none of the keys added to it is in the dict."""
-    for leaf in mgr.get_leaf_guards():
-        parts = leaf.verbose_code_parts()
-        if isinstance(parts, _StandInCodeParts):
-            parts.names.add(key)
-            parts.extend(verbose_code_parts)
-            return
-    parts = _StandInCodeParts()
-    parts.names.add(key)
-    parts.extend(verbose_code_parts)
-    mgr.add_lambda_guard(parts.names.isdisjoint, parts, user_stack)
-
-
 def install_stand_in() -> None:
     from torch._C._dynamo.guards import GuardManager
 
     if hasattr(GuardManager, "add_dict_not_contains_key_guard"):
         raise SystemExit("this torch has add_dict_not_contains_key_guard: no stand-in needed")
-    GuardManager.add_dict_not_contains_key_guard = _stand_in_add_dict_not_contains_key_guard
+    # The same stand-in the guard-count test uses (the binding's behaviour with a LAMBDA
+    # leaf), so that the benchmark times what the test counts.
+    path = (
+        Path(__file__).resolve().parents[1] / "test" / "dynamo" / "test_module_dict_guard_count.py"
+    )
+    spec = importlib.util.spec_from_file_location("module_dict_guard_count", path)
+    test = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test)
+    GuardManager.add_dict_not_contains_key_guard = test._stand_in_add_dict_not_contains_key_guard
 
 
 def worker(blocks: int, backend: str) -> None:

@@ -269,10 +269,26 @@ def without_versioned_blocks(cls: str) -> str:
     return "\n".join(out)
 
 
-@cache
-def extension():
+def load_source(source: str, stem: str, opt: str = "-O1"):
+    """Compile ``source`` into an extension under build/, named by its hash (so an edit to
+    the patch rebuilds it and an unchanged one is reused), and import it."""
     from torch.utils import cpp_extension
 
+    name = f"{stem}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    build_dir = REPO / "build" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / f"{stem}.cpp").write_text(source)
+    return cpp_extension.load(
+        name=name,
+        sources=[str(build_dir / f"{stem}.cpp")],
+        extra_cflags=[opt],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
+
+
+@cache
+def extension():
     cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
     source = (
         STAND_INS
@@ -281,18 +297,7 @@ def extension():
         + MANAGERS
         + BINDINGS.replace("BINDING_LAMBDA", binding_lambda(the_patch()))
     )
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    name = f"dict_not_contains_keys_{digest}"
-    build_dir = REPO / "build" / name
-    build_dir.mkdir(parents=True, exist_ok=True)
-    (build_dir / "leaf.cpp").write_text(source)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(build_dir / "leaf.cpp")],
-        extra_cflags=["-O1"],
-        build_directory=str(build_dir),
-        verbose=False,
-    )
+    return load_source(source, "dict_not_contains_keys")
 
 
 class RaisingKey:
