@@ -13,8 +13,10 @@ only one rank holds the split stages; find_unused_parameters works under
 ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused). DDP mixed precision runs only where
 an accelerator is available (DDP casts parameters on an accelerator stream).
 
-The same checks run for DDP's Python reducer (values only), and the refusals
-also for a _PipelineScheduleRuntime that loads the schedule's compute+comms CSV.
+The same checks run for DDP's Python reducer (values only), for two stages on
+the rank that share one DDP module (reduced once, in the later of their last
+backwards), and the refusals also for a _PipelineScheduleRuntime that loads the
+schedule's compute+comms CSV.
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -25,7 +27,8 @@ a step after one that raised because a parameter got no gradient in a split
 last backward (DDP left as it was: the next steps reduce right), a parameter
 frozen after DDP wrapped the module (refused before DDP is armed), and a user
 hook raising in the last weight backward after DDP was armed (the DDP module
-then raises an error naming that failure at every further use).
+then raises an error naming that failure at every further use), and a backward
+through the module itself after a step (not reduced, as with DDP alone).
 
 "Each bucket once" is observed through the comm hook only: the bucket indices
 handed to it are 0..n-1, each once, and their GradBucket.parameters() are every
@@ -82,6 +85,17 @@ CONFIGS = {
     # DDP's Python reducer (torch._dynamo.config.optimize_ddp), which refuses
     # manual finalization: W reduces with DDP's own finalization then.
     "python_reducer": {},
+    # Two stages on the rank run one module through one DDP instance (SHARED).
+    "shared_module": {},
+}
+# schedule -> (a, b): with "shared_module", stage b is stage a's DDP module. The
+# stage whose last backward comes last reduces it: 0 in the V layouts (its W
+# runs the whole backward), 1 in the looped ones (a split W, or a fused B).
+SHARED = {
+    ScheduleZBVZeroBubble: (0, 1),
+    ScheduleDualPipeV: (0, 1),
+    ScheduleInterleavedZeroBubble: (1, 3),
+    ScheduleInterleaved1F1B: (1, 3),
 }
 # Options refused where a stage's last backward is split, by schedule; their error
 # names the option. DualPipeV with every stage on one rank ends each stage with a
@@ -112,9 +126,13 @@ class Block(torch.nn.Module):
         return torch.tanh(x @ self.w + self.b)
 
 
-def build(n_stages, with_unused=False, extra_stage=None):
+def build(n_stages, with_unused=False, extra_stage=None, shared=None):
     torch.manual_seed(0)
-    return [Block(with_unused, i == extra_stage) for i in range(n_stages)]
+    modules = [Block(with_unused, i == extra_stage) for i in range(n_stages)]
+    if shared is not None:
+        a, b = shared
+        modules[b] = modules[a]
+    return modules
 
 
 def loss_fn(output, target):
@@ -128,9 +146,9 @@ def data(step, dp_rank):
     return x, y
 
 
-def reference_grads(step, n_stages, with_unused=False, extra_stage=None):
+def reference_grads(step, n_stages, with_unused=False, extra_stage=None, shared=None):
     """Gradients of one process running the whole model, averaged over replicas."""
-    modules = build(n_stages, with_unused, extra_stage)
+    modules = build(n_stages, with_unused, extra_stage, shared)
     for dp_rank in range(DP):
         x, y = data(step, dp_rank)
         for xm, ym in zip(
@@ -170,12 +188,22 @@ class ScheduleDDPTest(MultiProcessTestCase):
     def _run_schedule(self, schedule_cls, config, dp_group, pp_group, csv=False):
         n_stages = SCHEDULES[schedule_cls]
         with_unused = config in UNUSED
-        modules = build(n_stages, with_unused)
+        shared = SHARED[schedule_cls] if config == "shared_module" else None
+        modules = build(n_stages, with_unused, shared=shared)
         events = []  # ("acc", stage, name) and ("comm", stage, bucket), in order
         stages = []
         # DDP's Python reducer takes no bucket comm hook: values only.
         values_only = config in ("mixed_precision", "python_reducer")
+        # A stage whose module an earlier stage has: the same DDP instance, and
+        # its events and gradients are that stage's.
+        repeated = {i for i in range(n_stages) if modules[i] in modules[:i]}
         for i, module in enumerate(modules):
+            if i in repeated:
+                ddp = stages[modules.index(module)].submod
+                stages.append(
+                    PipelineStage(ddp, i, n_stages, torch.device("cpu"), group=pp_group)
+                )
+                continue
             with torch._dynamo.config.patch(
                 optimize_ddp="python_reducer" if config == "python_reducer" else True
             ):
@@ -245,8 +273,10 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 return
             events.clear()
             schedule.step(x, target=y)
-            reference = reference_grads(step, n_stages, with_unused)
+            reference = reference_grads(step, n_stages, with_unused, shared=shared)
             for i, stage in enumerate(stages):
+                if i in repeated:
+                    continue
                 msg = f"{schedule_cls.__name__}, {config}, step {step}, stage {i}"
                 for (name, p), ref in zip(
                     modules[i].named_parameters(),
@@ -475,6 +505,25 @@ class ScheduleDDPTest(MultiProcessTestCase):
             for ddp in ddps:
                 self.assertFalse(ddp.require_manual_backward_finalization)
             return
+        if case == "bypass_ddp":
+            # After a step, a backward through the module itself (not through
+            # DDP's forward) is not reduced, as with DDP alone: the step leaves
+            # DDP's reducer unarmed, also after a split last backward.
+            x, y = data(0, self.rank)
+            schedule.step(x, target=y)
+            for module in modules:
+                for p in module.parameters():
+                    p.grad = None
+            comms.clear()
+            modules[-1](x).sum().backward()
+            local = build(n_stages)[-1]
+            local(x).sum().backward()
+            self.assertEqual(comms, [])
+            for (name, p), ref in zip(
+                modules[-1].named_parameters(), local.parameters(), strict=True
+            ):
+                torch.testing.assert_close(p.grad, ref.grad, msg=name)
+            return
         if case == "failed_last_w":
             # A user hook raises in the last stage's last W, after the schedule
             # set manual finalization and armed the reducer (on both ranks).
@@ -608,6 +657,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
             "unused_then_used",
             "frozen_after_wrap",
             "failed_last_w",
+            "bypass_ddp",
         ):
             for schedule_cls in SCHEDULES:
                 if case == "dw_builder" and schedule_cls not in SPLIT:
