@@ -13,8 +13,10 @@ only one rank holds the split stages; find_unused_parameters works under
 ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused). DDP mixed precision runs only where
 an accelerator is available (DDP casts parameters on an accelerator stream).
 
-The same checks run for DDP's Python reducer (values only), and the refusals
-also for a _PipelineScheduleRuntime that loads the schedule's compute+comms CSV.
+The same checks run for DDP's Python reducer (values only), for two stages on
+the rank that share one DDP module (reduced once, in the later of their last
+backwards), and the refusals also for a _PipelineScheduleRuntime that loads the
+schedule's compute+comms CSV.
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -25,7 +27,8 @@ a step after one that raised because a parameter got no gradient in a split
 last backward (DDP left as it was: the next steps reduce right), a parameter
 frozen after DDP wrapped the module (refused before DDP is armed), and a user
 hook raising in the last weight backward after DDP was armed (the DDP module
-then raises an error naming that failure at every further use).
+then raises an error naming that failure at every further use), and a backward
+through the module itself after a step (not reduced, as with DDP alone).
 
 "Each bucket once" is observed through the comm hook only: the bucket indices
 handed to it are 0..n-1, each once, and their GradBucket.parameters() are every
@@ -37,7 +40,20 @@ import os
 import torch
 import torch._dynamo
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from test_schedule_ddp_manual_scale_grads import (
+    Block,
+    data,
+    DIM,
+    loss_fn,
+    N_MICROBATCHES,
+    recording_ddp,
+    TwoRankGlooTestCase,
+)
+from test_schedule_ddp_metadata import (
+    assert_each_bucket_once,
+    N_STEPS,
+    reference_grads,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
@@ -49,11 +65,9 @@ from torch.distributed.pipelining.schedules import (
 )
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.parallel.distributed import _MixedPrecision
-from torch.testing._internal.common_distributed import MultiProcessTestCase
 from torch.testing._internal.common_utils import run_tests
 
 DP = 2
-DIM, BATCH, N_MICROBATCHES, N_STEPS = 4, 8, 4, 2
 # schedule -> number of stages, all held by each replica (pipeline-parallel size 1)
 SCHEDULES = {
     ScheduleZBVZeroBubble: 2,
@@ -82,6 +96,17 @@ CONFIGS = {
     # DDP's Python reducer (torch._dynamo.config.optimize_ddp), which refuses
     # manual finalization: W reduces with DDP's own finalization then.
     "python_reducer": {},
+    # Two stages on the rank run one module through one DDP instance (SHARED).
+    "shared_module": {},
+}
+# schedule -> (a, b): with "shared_module", stage b is stage a's DDP module. The
+# stage whose last backward comes last reduces it: 0 in the V layouts (its W
+# runs the whole backward), 1 in the looped ones (a split W, or a fused B).
+SHARED = {
+    ScheduleZBVZeroBubble: (0, 1),
+    ScheduleDualPipeV: (0, 1),
+    ScheduleInterleavedZeroBubble: (1, 3),
+    ScheduleInterleaved1F1B: (1, 3),
 }
 # Options refused where a stage's last backward is split, by schedule; their error
 # names the option. DualPipeV with every stage on one rank ends each stage with a
@@ -94,14 +119,14 @@ REFUSED = {
 UNUSED = {"find_unused_parameters", "unused_parameter", "unused_parameter_stale_grad"}
 
 
-class Block(torch.nn.Module):
+class FlexBlock(Block):
+    """Block, optionally with a parameter it never uses and one it uses only
+    while ``use_extra`` is True (created after ``w`` and ``b``)."""
+
     def __init__(self, with_unused: bool = False, with_extra: bool = False):
         super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(DIM, DIM, dtype=torch.float64) * 0.5)
-        self.b = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64) * 0.1)
         if with_unused:
             self.unused = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64))
-        # used only while use_extra is True
         self.use_extra = with_extra
         if with_extra:
             self.extra = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64))
@@ -109,89 +134,50 @@ class Block(torch.nn.Module):
     def forward(self, x):
         if self.use_extra:
             x = x + self.extra
-        return torch.tanh(x @ self.w + self.b)
+        return super().forward(x)
 
 
-def build(n_stages, with_unused=False, extra_stage=None):
+def build(n_stages, with_unused=False, extra_stage=None, shared=None):
     torch.manual_seed(0)
-    return [Block(with_unused, i == extra_stage) for i in range(n_stages)]
-
-
-def loss_fn(output, target):
-    return ((output - target) ** 2).mean()
-
-
-def data(step, dp_rank):
-    g = torch.Generator().manual_seed(100 * step + dp_rank)
-    x = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
-    y = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
-    return x, y
-
-
-def reference_grads(step, n_stages, with_unused=False, extra_stage=None):
-    """Gradients of one process running the whole model, averaged over replicas."""
-    modules = build(n_stages, with_unused, extra_stage)
-    for dp_rank in range(DP):
-        x, y = data(step, dp_rank)
-        for xm, ym in zip(
-            x.chunk(N_MICROBATCHES), y.chunk(N_MICROBATCHES), strict=True
-        ):
-            out = xm
-            for module in modules:
-                out = module(out)
-            (loss_fn(out, ym) / (N_MICROBATCHES * DP)).backward()
+    modules = [FlexBlock(with_unused, i == extra_stage) for i in range(n_stages)]
+    if shared is not None:
+        a, b = shared
+        modules[b] = modules[a]
     return modules
 
 
-def assert_each_bucket_once(test, calls, module, msg):
-    """``calls``: (bucket index, parameters) of each comm hook call for one DDP
-    module in one step. DDP handed each of its buckets to the hook exactly once:
-    the indices are 0..n-1, each once, and the buckets' parameters are every
-    parameter of the module, each once. Returns the number of buckets."""
-    indices = sorted(index for index, _ in calls)
-    handed = sorted(id(p) for _, params in calls for p in params)
-    test.assertTrue(
-        indices == list(range(len(indices)))
-        and handed == sorted(id(p) for p in module.parameters()),
-        f"{msg}: each bucket handed to the comm hook once: {indices}",
-    )
-    return len(indices)
-
-
-class ScheduleDDPTest(MultiProcessTestCase):
-    @property
-    def world_size(self) -> int:
-        return DP
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class ScheduleDDPTest(TwoRankGlooTestCase):
     def _run_schedule(self, schedule_cls, config, dp_group, pp_group, csv=False):
         n_stages = SCHEDULES[schedule_cls]
         with_unused = config in UNUSED
-        modules = build(n_stages, with_unused)
+        shared = SHARED[schedule_cls] if config == "shared_module" else None
+        modules = build(n_stages, with_unused, shared=shared)
         events = []  # ("acc", stage, name) and ("comm", stage, bucket), in order
         stages = []
         # DDP's Python reducer takes no bucket comm hook: values only.
         values_only = config in ("mixed_precision", "python_reducer")
+        # A stage whose module an earlier stage has: the same DDP instance, and
+        # its events and gradients are that stage's.
+        repeated = {i for i in range(n_stages) if modules[i] in modules[:i]}
         for i, module in enumerate(modules):
+            if i in repeated:
+                ddp = stages[modules.index(module)].submod
+                stages.append(
+                    PipelineStage(ddp, i, n_stages, torch.device("cpu"), group=pp_group)
+                )
+                continue
             with torch._dynamo.config.patch(
                 optimize_ddp="python_reducer" if config == "python_reducer" else True
             ):
-                ddp = DDP(
+                # No comm hook for values_only (DDP registers its own hook
+                # for mixed precision).
+                ddp = recording_ddp(
                     module,
-                    process_group=dp_group,
-                    bucket_cap_mb=1e-6,
+                    dp_group,
+                    None if values_only else events,
+                    ("comm", i),
                     **CONFIGS[config],
                 )
-
-            def comm_hook(state, bucket, i=i):
-                events.append(("comm", i, bucket.index(), bucket.parameters()))
-                return default_hooks.allreduce_hook(state, bucket)
-
-            if not values_only:  # DDP registers its own hook for mixed precision
-                ddp.register_comm_hook(dp_group, comm_hook)
             for name, p in module.named_parameters():
                 p.register_post_accumulate_grad_hook(
                     lambda p, i=i, name=name: events.append(("acc", i, name))
@@ -245,8 +231,12 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 return
             events.clear()
             schedule.step(x, target=y)
-            reference = reference_grads(step, n_stages, with_unused)
+            reference = reference_grads(
+                build(n_stages, with_unused, shared=shared), step, DP
+            )
             for i, stage in enumerate(stages):
+                if i in repeated:
+                    continue
                 msg = f"{schedule_cls.__name__}, {config}, step {step}, stage {i}"
                 for (name, p), ref in zip(
                     modules[i].named_parameters(),
@@ -276,12 +266,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
 
     def test_ddp_stages(self):
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         groups = mesh.get_group("dp"), mesh.get_group("pp")
         for config in CONFIGS:
@@ -315,12 +300,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
         # and stages 1 and 2 on rank 1 (last backwards split). Every rank
         # refuses, also rank 0, whose own stages would be fine, instead of
         # waiting on rank 1.
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (1, DP), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
         modules = build(4, with_unused=True)
@@ -363,12 +343,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
         # unused parameter; the other stages, whose last backward is split, are
         # plain modules (their grads all-reduced by hand) or DDP with the
         # default options. Nothing is refused, and the grads equal the reference.
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
         for schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble):
@@ -395,7 +370,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     msg = f"{schedule_cls.__name__}, rest {rest}, step {step}"
                     x, y = data(step, self.rank)
                     schedule.step(x, target=y)
-                    reference = reference_grads(step, n_stages)
+                    reference = reference_grads(build(n_stages), step, DP)
                     self.assertIsNone(modules[0].unused.grad, msg=msg)
                     for i, (module, ref) in enumerate(
                         zip(modules, reference, strict=True)
@@ -420,13 +395,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
         comms = []
         ddps = []
         for i, module in enumerate(modules):
-            ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
-
-            def comm_hook(state, bucket, i=i):
-                comms.append((i, bucket.index(), bucket.parameters()))
-                return default_hooks.allreduce_hook(state, bucket)
-
-            ddp.register_comm_hook(dp_group, comm_hook)
+            ddp = recording_ddp(module, dp_group, comms, (i,))
             if case.startswith("manual"):
                 ddp.require_manual_backward_finalization = True
             ddps.append(ddp)
@@ -474,6 +443,25 @@ class ScheduleDDPTest(MultiProcessTestCase):
             self.assertEqual([c[:2] for c in comms if c[0] == n_stages - 1], [])
             for ddp in ddps:
                 self.assertFalse(ddp.require_manual_backward_finalization)
+            return
+        if case == "bypass_ddp":
+            # After a step, a backward through the module itself (not through
+            # DDP's forward) is not reduced, as with DDP alone: the step leaves
+            # DDP's reducer unarmed, also after a split last backward.
+            x, y = data(0, self.rank)
+            schedule.step(x, target=y)
+            for module in modules:
+                for p in module.parameters():
+                    p.grad = None
+            comms.clear()
+            modules[-1](x).sum().backward()
+            local = build(n_stages)[-1]
+            local(x).sum().backward()
+            self.assertEqual(comms, [])
+            for (name, p), ref in zip(
+                modules[-1].named_parameters(), local.parameters(), strict=True
+            ):
+                torch.testing.assert_close(p.grad, ref.grad, msg=name)
             return
         if case == "failed_last_w":
             # A user hook raises in the last stage's last W, after the schedule
@@ -575,10 +563,12 @@ class ScheduleDDPTest(MultiProcessTestCase):
                 )
             if case == "no_sync" and step == 0:
                 continue
-            reference = reference_grads(step, n_stages, extra_stage=extra_stage)
+            reference = reference_grads(
+                build(n_stages, extra_stage=extra_stage), step, DP
+            )
             if case == "no_sync":  # step 0's gradients were accumulated
                 for ref, ref0 in zip(
-                    reference, reference_grads(0, n_stages), strict=True
+                    reference, reference_grads(build(n_stages), 0, DP), strict=True
                 ):
                     for p, p0 in zip(ref.parameters(), ref0.parameters(), strict=True):
                         p.grad += p0.grad
@@ -592,12 +582,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
                     p.grad = None
 
     def test_ddp_stage_usage(self):
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         groups = mesh.get_group("dp"), mesh.get_group("pp")
         for case in (
@@ -608,6 +593,7 @@ class ScheduleDDPTest(MultiProcessTestCase):
             "unused_then_used",
             "frozen_after_wrap",
             "failed_last_w",
+            "bypass_ddp",
         ):
             for schedule_cls in SCHEDULES:
                 if case == "dw_builder" and schedule_cls not in SPLIT:

@@ -3,9 +3,10 @@
 reduced gradients only from the caller's finalize_backward() after step(), so a
 schedule's scale_grads=True, which divides the gradients at the end of step(),
 cannot be honoured: every rank refuses the combination at the start of step(),
-before anything is computed or exchanged."""
+before anything is computed or exchanged.
 
-import collections
+Its setup (two gloo ranks, float64 blocks and data, DDP with a recording comm
+hook) is also imported by the other DDP pipelining tests."""
 
 import torch
 import torch.distributed as dist
@@ -39,7 +40,32 @@ def loss_fn(output, target):
     return ((output - target) ** 2).mean()
 
 
-class ScheduleDDPManualScaleGradsTest(MultiProcessTestCase):
+def data(step, dp_rank):
+    g = torch.Generator().manual_seed(100 * step + dp_rank)
+    x = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
+    y = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
+    return x, y
+
+
+def recording_ddp(module, dp_group, calls, tag=(), **ddp_kwargs):
+    """``module`` in DDP with one parameter per bucket (once DDP rebuilt its
+    buckets after the first backward) and, unless ``calls`` is None, a comm hook
+    that appends ``(*tag, bucket index, bucket parameters)`` to ``calls`` and
+    all-reduces the bucket."""
+    ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6, **ddp_kwargs)
+    if calls is not None:
+
+        def hook(state, bucket):
+            calls.append((*tag, bucket.index(), bucket.parameters()))
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(dp_group, hook)
+    return ddp
+
+
+class TwoRankGlooTestCase(MultiProcessTestCase):
+    """Two spawned ranks; ``init_gloo()`` joins them in a gloo process group."""
+
     @property
     def world_size(self) -> int:
         return 2
@@ -48,29 +74,28 @@ class ScheduleDDPManualScaleGradsTest(MultiProcessTestCase):
         super().setUp()
         self._spawn_processes()
 
-    def test_ddp_manual_finalization_scale_grads_refused(self):
+    def init_gloo(self):
         dist.init_process_group(
             backend="gloo",
             store=dist.FileStore(self.file_name, self.world_size),
             rank=self.rank,
             world_size=self.world_size,
         )
+
+
+class ScheduleDDPManualScaleGradsTest(TwoRankGlooTestCase):
+    def test_ddp_manual_finalization_scale_grads_refused(self):
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
         for schedule_cls, n_stages in STAGES_PER_RANK.items():
             with self.subTest(schedule=schedule_cls.__name__):
                 torch.manual_seed(0)
                 modules = [Block() for _ in range(n_stages)]
-                calls = collections.Counter()
+                calls = []
                 stages = []
                 for i, module in enumerate(modules):
-                    ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
-
-                    def hook(state, bucket, i=i, calls=calls):
-                        calls[i, bucket.index()] += 1
-                        return default_hooks.allreduce_hook(state, bucket)
-
-                    ddp.register_comm_hook(dp_group, hook)
+                    ddp = recording_ddp(module, dp_group, calls, (i,))
                     ddp.require_manual_backward_finalization = True
                     stages.append(
                         PipelineStage(
@@ -83,9 +108,7 @@ class ScheduleDDPManualScaleGradsTest(MultiProcessTestCase):
                     loss_fn=loss_fn,
                     scale_grads=True,
                 )
-                g = torch.Generator().manual_seed(self.rank)
-                x = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
-                y = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
+                x, y = data(0, self.rank)
                 with self.assertRaisesRegex(
                     RuntimeError,
                     r"scale_grads=True\) divides the gradients of stage 0 .*"
@@ -93,7 +116,7 @@ class ScheduleDDPManualScaleGradsTest(MultiProcessTestCase):
                     r"Pass scale_grads=False",
                 ):
                     schedule.step(x, target=y)
-                self.assertEqual(calls, {})
+                self.assertEqual(calls, [])
                 for module in modules:
                     for p in module.parameters():
                         self.assertIsNone(p.grad)

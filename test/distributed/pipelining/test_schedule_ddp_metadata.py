@@ -18,30 +18,20 @@ import collections
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from test_schedule_ddp_manual_scale_grads import (
+    Block,
+    data,
+    loss_fn,
+    N_MICROBATCHES,
+    recording_ddp,
+    STAGES_PER_RANK,
+    TwoRankGlooTestCase,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (
-    Schedule1F1B,
-    ScheduleInterleaved1F1B,
-)
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.testing._internal.common_distributed import MultiProcessTestCase
 from torch.testing._internal.common_utils import run_tests
 
-DIM, BATCH, N_MICROBATCHES, N_STEPS = 4, 8, 4, 2
-# stages per pipeline rank
-STAGES_PER_RANK = {Schedule1F1B: 1, ScheduleInterleaved1F1B: 2}
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(DIM, DIM, dtype=torch.float64) * 0.5)
-        self.b = torch.nn.Parameter(torch.randn(DIM, dtype=torch.float64) * 0.1)
-
-    def forward(self, x):
-        return torch.tanh(x @ self.w + self.b)
+N_STEPS = 2
 
 
 def build(n_stages):
@@ -49,20 +39,9 @@ def build(n_stages):
     return [Block() for _ in range(n_stages)]
 
 
-def loss_fn(output, target):
-    return ((output - target) ** 2).mean()
-
-
-def data(step, dp_rank):
-    g = torch.Generator().manual_seed(100 * step + dp_rank)
-    x = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
-    y = torch.randn(BATCH, DIM, dtype=torch.float64, generator=g)
-    return x, y
-
-
-def reference_grads(step, n_stages, dp):
-    """Gradients of one process running the whole model, averaged over replicas."""
-    modules = build(n_stages)
+def reference_grads(modules, step, dp):
+    """Gradients of one process running ``modules`` (freshly built) as the whole
+    model, averaged over ``dp`` replicas."""
     for dp_rank in range(dp):
         x, y = data(step, dp_rank)
         for xm, ym in zip(
@@ -91,26 +70,26 @@ def buckets_handed(calls, module):
     return dict(counts)
 
 
-class ScheduleDDPMetadataTest(MultiProcessTestCase):
-    @property
-    def world_size(self) -> int:
-        return 2
+def assert_each_bucket_once(test, calls, module, msg):
+    """DDP handed each of its buckets to the comm hook exactly once (see
+    ``buckets_handed``). Returns the number of buckets."""
+    counts = buckets_handed(calls, module)
+    test.assertTrue(
+        counts is not None and set(counts.values()) == {1},
+        f"{msg}: each bucket handed to the comm hook once: calls (bucket, "
+        f"parameters) {[(b, len(ps)) for b, ps in calls]}",
+    )
+    return len(counts)
 
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
 
+class ScheduleDDPMetadataTest(TwoRankGlooTestCase):
     def test_ddp_fused_backward_two_steps(self):
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         for dp, pp in ((2, 1), (1, 2)):
             mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("dp", "pp"))
             dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
             dp_rank, pp_rank = mesh.get_local_rank("dp"), mesh.get_local_rank("pp")
+            # STAGES_PER_RANK: stages per pipeline rank
             for schedule_cls, per_rank in STAGES_PER_RANK.items():
                 n_stages = per_rank * pp
                 layout = list(range(pp_rank, n_stages, pp))  # looped
@@ -119,13 +98,7 @@ class ScheduleDDPMetadataTest(MultiProcessTestCase):
                 calls = {i: [] for i in layout}
                 stages = []
                 for i in layout:
-                    ddp = DDP(modules[i], process_group=dp_group, bucket_cap_mb=1e-6)
-
-                    def hook(state, bucket, calls=calls[i]):
-                        calls.append((bucket.index(), bucket.parameters()))
-                        return default_hooks.allreduce_hook(state, bucket)
-
-                    ddp.register_comm_hook(dp_group, hook)
+                    ddp = recording_ddp(modules[i], dp_group, calls[i])
                     stages.append(
                         PipelineStage(
                             ddp, i, n_stages, torch.device("cpu"), group=pp_group
@@ -142,15 +115,10 @@ class ScheduleDDPMetadataTest(MultiProcessTestCase):
                         schedule.step(x, target=y)
                     else:
                         schedule.step(target=y)
-                    reference = reference_grads(step, n_stages, dp)
+                    reference = reference_grads(build(n_stages), step, dp)
                     for stage, i in zip(stages, layout, strict=True):
                         msg = f"{name}, step {step}, stage {i}"
-                        counts = buckets_handed(calls[i], modules[i])
-                        self.assertTrue(
-                            counts is not None and set(counts.values()) == {1},
-                            f"{msg}: calls (bucket, parameters) "
-                            f"{[(b, len(ps)) for b, ps in calls[i]]}",
-                        )
+                        assert_each_bucket_once(self, calls[i], modules[i], msg)
                         calls[i].clear()
                         for (pname, p), ref in zip(
                             modules[i].named_parameters(),
@@ -165,28 +133,17 @@ class ScheduleDDPMetadataTest(MultiProcessTestCase):
         dist.destroy_process_group()
 
     def test_ddp_manual_finalization(self):
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self.init_gloo()
         mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
         for schedule_cls, n_stages in STAGES_PER_RANK.items():
             for scale_grads in (True, False):
                 with self.subTest(schedule=schedule_cls.__name__, scale=scale_grads):
                     modules = build(n_stages)
-                    calls = collections.defaultdict(list)
+                    calls = []  # (stage, bucket index, bucket parameters)
                     ddps, stages = [], []
                     for i, module in enumerate(modules):
-                        ddp = DDP(module, process_group=dp_group, bucket_cap_mb=1e-6)
-
-                        def hook(state, bucket, i=i, calls=calls):
-                            calls[i].append((bucket.index(), bucket.parameters()))
-                            return default_hooks.allreduce_hook(state, bucket)
-
-                        ddp.register_comm_hook(dp_group, hook)
+                        ddp = recording_ddp(module, dp_group, calls, (i,))
                         ddp.require_manual_backward_finalization = True
                         ddps.append(ddp)
                         stages.append(
@@ -211,21 +168,21 @@ class ScheduleDDPMetadataTest(MultiProcessTestCase):
                                 "finalization=True",
                             ):
                                 schedule.step(x, target=y)
-                            self.assertEqual(calls, {})
+                            self.assertEqual(calls, [])
                             break
                         schedule.step(x, target=y)
                         for ddp in ddps:
                             ddp.finalize_backward()
-                        reference = reference_grads(step, n_stages, 2)
+                        reference = reference_grads(build(n_stages), step, 2)
                         for i, (module, ref_module) in enumerate(
                             zip(modules, reference, strict=True)
                         ):
                             msg = f"step {step}, stage {i}"
-                            counts = buckets_handed(calls[i], module)
-                            self.assertTrue(
-                                counts is not None and set(counts.values()) == {1},
-                                f"{msg}: calls (bucket, parameters) "
-                                f"{[(b, len(ps)) for b, ps in calls[i]]}",
+                            assert_each_bucket_once(
+                                self,
+                                [(b, ps) for j, b, ps in calls if j == i],
+                                module,
+                                msg,
                             )
                             for p, ref in zip(
                                 module.parameters(),
