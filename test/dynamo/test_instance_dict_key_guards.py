@@ -121,15 +121,20 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
     # Every way of listing the keys of __dict__: the ones that build a list, a
     # set or a dict from it read the keys without a for loop over the dict.
     _ENUMERATIONS = {
-        "comprehension": lambda self: [k for k in self.__dict__ if k in self._parameters],
-        "list(d)": lambda self: [k for k in list(self.__dict__) if k in self._parameters],
+        "comprehension": lambda self: [
+            k for k in self.__dict__ if k in self._parameters
+        ],
+        "list(d)": lambda self: [
+            k for k in list(self.__dict__) if k in self._parameters
+        ],
         "[*d]": lambda self: [k for k in [*self.__dict__] if k in self._parameters],
         "list(vars(self))": lambda self: [
             k for k in list(vars(self)) if k in self._parameters
         ],
         "set(d) & set(params)": lambda self: set(self.__dict__) & set(self._parameters),
-        "params.keys() & set(d)": lambda self: self._parameters.keys()
-        & set(self.__dict__),
+        "params.keys() & set(d)": lambda self: (
+            self._parameters.keys() & set(self.__dict__)
+        ),
         "frozenset(d)": lambda self: [
             k for k in frozenset(self.__dict__) if k in self._parameters
         ],
