@@ -118,6 +118,131 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
             self.assertEqual(opt_mod(x), x)
             self.assertNotIn("weight", mod.__dict__)
 
+    # Every way of listing the keys of __dict__: the ones that build a list, a
+    # set or a dict from it read the keys without a for loop over the dict.
+    _ENUMERATIONS = {
+        "comprehension": lambda self: [
+            k for k in self.__dict__ if k in self._parameters
+        ],
+        "list(d)": lambda self: [
+            k for k in list(self.__dict__) if k in self._parameters
+        ],
+        "[*d]": lambda self: [k for k in [*self.__dict__] if k in self._parameters],
+        "list(vars(self))": lambda self: [
+            k for k in list(vars(self)) if k in self._parameters
+        ],
+        "set(d) & set(params)": lambda self: set(self.__dict__) & set(self._parameters),
+        "params.keys() & set(d)": lambda self: (
+            self._parameters.keys() & set(self.__dict__)
+        ),
+        "frozenset(d)": lambda self: [
+            k for k in frozenset(self.__dict__) if k in self._parameters
+        ],
+        "{*d}": lambda self: [k for k in {*self.__dict__} if k in self._parameters],
+        "dict.fromkeys(d)": lambda self: [
+            k for k in dict.fromkeys(self.__dict__) if k in self._parameters
+        ],
+    }
+
+    def test_dict_enumerate_to_remove_shadows_then_graph_break(self):
+        # The iterate-and-delete cleanup written with each way of listing the
+        # keys. Variant "grows": the shadow is added. Variant "same length": the
+        # shadow is added while another attribute goes, so only a guard on the
+        # keys themselves (not the length) sees it.
+        for form, select in self._ENUMERATIONS.items():
+            for same_length in (False, True):
+                with self.subTest(form=form, same_length=same_length):
+                    torch._dynamo.reset()
+
+                    class Mod(torch.nn.Module):
+                        def __init__(self):
+                            super().__init__()
+                            self.weight = torch.nn.Parameter(torch.ones(2))
+                            self.tmp = 0
+
+                        def forward(self, x):
+                            for k in select(self):
+                                del self.__dict__[k]
+                            torch._dynamo.graph_break()
+                            return x * self.weight
+
+                    mod = Mod()
+                    cnt = CompileCounter()
+                    opt_mod = torch.compile(mod, backend=cnt)
+                    x = torch.ones(2)
+                    with torch.no_grad():
+                        self.assertEqual(opt_mod(x), x)
+                        if same_length:
+                            del mod.__dict__["tmp"]
+                        mod.__dict__["weight"] = torch.full((2,), 5.0)
+                        self.assertEqual(opt_mod(x), x)
+                        self.assertNotIn("weight", mod.__dict__)
+                        if same_length:
+                            mod.__dict__["tmp"] = 0
+                        self.assertEqual(opt_mod(x), x)
+                    # one graph (the frame after the break); the frame before it
+                    # has no tensor op
+                    self.assertEqual(cnt.frame_count, 1)
+
+    def test_dict_enumerate_recompiles_only_when_keys_change(self):
+        # A frame that lists an object's keys is guarded on them: a new key
+        # recompiles, a new value of an existing key or a repeated call does not.
+        class Obj:
+            pass
+
+        reads = {
+            "list(d)": lambda d: len(list(d)),
+            "[*d]": lambda d: len([*d]),
+            "set(d)": lambda d: len(set(d)),
+            "frozenset(d)": lambda d: len(frozenset(d)),
+            "{*d}": lambda d: len({*d}),
+            "dict.fromkeys(d)": lambda d: len(dict.fromkeys(d)),
+            "keys() & set(d)": lambda d: len(d.keys() & set(d)),
+        }
+        for form, read in reads.items():
+            with self.subTest(form=form):
+                torch._dynamo.reset()
+                obj = Obj()
+                obj.a = 1
+                cnt = CompileCounter()
+
+                @torch.compile(backend=cnt, fullgraph=True)
+                def fn(x):
+                    return x * read(obj.__dict__)
+
+                x = torch.ones(1)
+                self.assertEqual(fn(x), x * 1)
+                obj.a = 2
+                self.assertEqual(fn(x), x * 1)
+                self.assertEqual(cnt.frame_count, 1)
+                obj.b = 3
+                self.assertEqual(fn(x), x * 2)
+                self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_getitem_of_missing_key_in_try(self):
+        # `obj.__dict__[name]` of a missing key raises KeyError; the frame that
+        # catches it must recompile once the key is there.
+        class Obj:
+            pass
+
+        obj = Obj()
+        cnt = CompileCounter()
+
+        @torch.compile(backend=cnt, fullgraph=True)
+        def fn(x):
+            try:
+                return x * obj.__dict__["scale"]
+            except KeyError:
+                return x
+
+        x = torch.ones(1)
+        self.assertEqual(fn(x), x)
+        self.assertEqual(fn(x), x)
+        self.assertEqual(cnt.frame_count, 1)
+        obj.scale = 7.0
+        self.assertEqual(fn(x), x * 7)
+        self.assertEqual(cnt.frame_count, 2)
+
     def test_dict_keys_items_and_len(self):
         class Obj:
             pass

@@ -58,6 +58,94 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
             torch.nn.Linear(4, 4), "weight", torch.zeros(4, 4)
         )
 
+    # Every __getattr__ runs only after the instance __dict__ missed, so the
+    # shadow is checked for whichever __getattr__ found the attribute, not only
+    # for the stock nn.Module.__getattr__ with plain-dict _parameters.
+
+    def test_instance_dict_shadows_parameter_with_getattr_override(self):
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.randn(4, 4))
+
+            def __getattr__(self, name):
+                return super().__getattr__(name)
+
+            def forward(self, x):
+                return F.linear(x, self.weight)
+
+        self._check_dict_shadow_recompiles(Mod(), "weight", torch.zeros(4, 4))
+
+    def test_instance_dict_shadows_attribute_of_delegating_getattr(self):
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = torch.nn.Linear(4, 4)
+
+            def __getattr__(self, name):
+                try:
+                    return super().__getattr__(name)
+                except AttributeError:
+                    return getattr(self.inner, name)
+
+            def forward(self, x):
+                return x + self.bias  # found on self.inner
+
+        self._check_dict_shadow_recompiles(Mod(), "bias", torch.zeros(4))
+
+    def test_instance_dict_shadows_parameter_in_ordered_dict_parameters(self):
+        # Modules unpickled from old checkpoints keep OrderedDict _parameters,
+        # which Dynamo traces through nn.Module.__getattr__ itself.
+        mod = self._ShadowModule()
+        mod._parameters = collections.OrderedDict(mod._parameters)
+        self._check_dict_shadow_recompiles(mod, "weight", torch.zeros(4, 4))
+
+    def test_instance_dict_shadows_attribute_of_plain_object_getattr(self):
+        class Config:
+            def __init__(self):
+                self._store = {"scale": torch.ones(4)}
+
+            def __getattr__(self, name):
+                try:
+                    return self.__dict__["_store"][name]
+                except KeyError:
+                    raise AttributeError(name) from None
+
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cfg = Config()
+
+            def forward(self, x):
+                return x * self.cfg.scale
+
+        mod = Mod()
+        cnt = torch._dynamo.testing.CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+        x = torch.randn(2, 4)
+        self.assertEqual(opt_mod(x), mod(x))
+        mod.cfg.scale = torch.full((4,), 5.0)  # lands in cfg.__dict__
+        self.assertEqual(opt_mod(x), x * 5)
+        self.assertEqual(cnt.frame_count, 2)
+
+    def test_instance_dict_entry_for_a_name_getattr_did_not_find(self):
+        # getattr(self, name, default) of a name nn.Module.__getattr__ does not
+        # find returns the default; an entry added to __dict__ later is found.
+        class Mod(torch.nn.Module):
+            def forward(self, x):
+                return x * getattr(self, "scale", 1.0)
+
+        mod = Mod()
+        cnt = torch._dynamo.testing.CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+        x = torch.ones(2)
+        self.assertEqual(opt_mod(x), x)
+        self.assertEqual(opt_mod(x), x)
+        self.assertEqual(cnt.frame_count, 1)
+        mod.__dict__["scale"] = 3.0
+        self.assertEqual(opt_mod(x), x * 3)
+        self.assertEqual(cnt.frame_count, 2)
+
     def test_instance_dict_shadow_removed_reuses_first_graph(self):
         mod = self._ShadowModule()
         cnt = torch._dynamo.testing.CompileCounter()

@@ -127,7 +127,7 @@ def eager_output_mesh_from_a_trace() -> Outcome:
 @reproducer(
     bug="A compiled module keeps its parameter after module.__dict__['weight'] shadows it",
     upstream="pytorch/torchtitan#3122",
-    patch="[dynamo] Guard that a module attribute found through __getattr__ is not shadowed in __dict__",
+    patch="[dynamo] Guard that an attribute found through __getattr__ is not shadowed in __dict__",
 )
 def compiled_module_ignores_dict_shadow() -> Outcome:
     import torch
