@@ -45,6 +45,7 @@ OPS = {
     "cat": (2, lambda x, y: torch.cat([x, y], 1)),
     "new_zeros": (1, lambda x: x.new_zeros((8, 8))),
     "zero_": (1, lambda x: x.zero_()),
+    "copy_": (2, lambda x, y: x.copy_(y)),
     "add": (2, lambda x, y: x + y),
 }
 PLACEMENTS = [Replicate(), Shard(0), Shard(1), Partial("product"), Partial("bxor")]
@@ -135,6 +136,25 @@ class TestUnreachablePartialRules(TestCase):
         self.assertEqual(chosen[0].output_spec, chosen[1].output_spec)
         self.assertEqual(chosen[0].input_specs, chosen[1].input_specs)
         self.assertEqual(chosen[0].redistribute_cost, chosen[1].redistribute_cost)
+
+    def test_in_place_ops_keep_the_full_expansion(self):
+        # copy_ into a product/bxor Partial from a source that cannot become it:
+        # the same error as with every rule
+        S, R = Shard(0), Replicate()
+        for dst, src in [
+            ([Partial("bxor"), S, S], [S, S, S]),
+            ([S, Partial("product"), Partial("product")], [Shard(1), R, R]),
+        ]:
+            left_out = self._run(
+                lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
+            )
+            with mock.patch.object(
+                sharding_prop, "_expand_single_dim_strategy_to_mesh", _all_rules
+            ):
+                every_rule = self._run(
+                    lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
+                )
+            self.assertEqual(left_out, every_rule, msg=f"{dst} <- {src}")
 
     def test_same_placements_values_and_collectives_as_every_rule(self):
         for (name, (n_inputs, fn)), mesh in itertools.product(
