@@ -141,10 +141,10 @@ def judge(op, args, rule, world_size, kwargs=None):
 
 
 class WrongRuleTest(TestCase):
-    """Wrong rules an earlier revision of this PR accepted (review of 2026-11-27),
+    """Wrong rules an earlier revision of this PR accepted,
     at 2 and 3 ranks; the right rules of the same samples stay accepted."""
 
-    def test_review_of_2026_11_27_wrong_rules(self):
+    def test_wrong_rules_on_large_integers_and_bfloat16(self):
         g = torch.Generator().manual_seed(0)
         big = torch.randint(10_000_000, 20_000_000, (4, 4), generator=g)
         small_int = torch.randint(1, 5, (4, 4), generator=g)
@@ -234,11 +234,11 @@ class WrongRuleTest(TestCase):
 
 
 class Float64RecheckTest(TestCase):
-    """Wrong rules whose error is below the rounding band of the per-rank values
-    (review rev25b), rejected by the float64 recheck at 2 and 3 ranks; the right
+    """Wrong rules whose error is below the rounding band of the per-rank values,
+    rejected by the float64 recheck at 2 and 3 ranks; the right
     rules of the same samples stay accepted."""
 
-    def test_review_rev25b_wrong_rules_below_the_band(self):
+    def test_wrong_rules_below_a_median_band(self):
         g = torch.Generator().manual_seed(0)
         # most elements 1e6, one 0.01: the offsets' floor widened the small one
         big = torch.full((4, 4), 1e6) + torch.randn(4, 4, generator=g)
@@ -289,7 +289,7 @@ class Float64RecheckTest(TestCase):
                         judge(op, args, (right_in, right_out), world_size), True
                     )
 
-    def test_review_rev25c_wrong_rules_below_the_band(self):
+    def test_wrong_rules_next_to_huge_elements(self):
         # Float32 elements of 1e15 (1e20) next to one of 0.01: the split's floor
         # (1/16 of the median) made that element's per-rank values about 6e13
         # (6e18), and 4 float64 ulps of them exceeded the wrong rule's error.
@@ -325,7 +325,7 @@ class Float64RecheckTest(TestCase):
                     self.assertIs(judge(op, (x,), wrong, world_size, kwargs), False)
                     self.assertIs(judge(op, (x,), right, world_size, kwargs), True)
 
-    def test_review_rev25d_cancelling_contractions(self):
+    def test_wrong_rules_of_cancelling_contractions(self):
         # Rows of +-1e9..1e10 pairs that cancel to 1e-3: 4 float64 ulps of the
         # contraction on the absolute per-rank values (about 5e11) exceeded the
         # wrong rule's error (the Replicate bias added on every rank, 1e-4). The
