@@ -64,6 +64,18 @@ def cases(mesh):
 
         return setup
 
+    def out_variant(placement, fn, out_shape):
+        # fn(x, out): an out= op whose out holds the placement the op gives
+        def setup():
+            x = dtensor(placement)
+            rows = out_shape[0] // WORLD_SIZE if isinstance(placement, Shard) else out_shape[0]
+            out = DTensor.from_local(
+                torch.rand(rows, *out_shape[1:]), mesh, [placement], run_check=False
+            )
+            return lambda: fn(x, out)
+
+        return setup
+
     def fill_new_scalar():
         x, counter = dtensor(Shard(0)), iter(range(1 << 62))
         return lambda: x.fill_(next(counter) * 0.5)
@@ -152,6 +164,10 @@ def cases(mesh):
         ("_foreach_add_(64 R, 64 distinct P(sum))", foreach_add_distinct(64)),
         ("_foreach_add_(256 R, 256 distinct P(sum))", foreach_add_distinct(256)),
         ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
+        ("sum(1, out=) S(0)", out_variant(S, lambda x, o: torch.sum(x, 1, out=o), (8,))),
+        ("sum(1, out=) P(sum)", out_variant(P, lambda x, o: torch.sum(x, 1, out=o), (8,))),
+        ("cumsum(1, out=) S(0)", out_variant(S, lambda x, o: torch.cumsum(x, 1, out=o), (8, 8))),
+        ("cumsum_(1) S(0)", op(S, lambda x: x.cumsum_(1))),
         ("new_empty P(sum)", op(P, lambda x: x.new_empty((8, 8)))),
         ("new_empty_strided P(sum)", op(P, lambda x: x.new_empty_strided((8, 8), (8, 1)))),
         ("empty_like P(sum)", op(P, lambda x: torch.empty_like(x))),

@@ -72,27 +72,31 @@ def cases(meshes):
     import torch
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
-    def placements(ndim, last):
-        return {1: [last], 2: [Shard(0), last], 3: [Shard(0), Replicate(), last]}[ndim]
+    def placements(ndim, last, first):
+        return {1: [last], 2: [first, last], 3: [first, Replicate(), last]}[ndim]
 
-    def dtensor(mesh, last=None, dtype=torch.float32, shape=(8, 8)):
+    def dtensor(mesh, last=None, dtype=torch.float32, shape=(8, 8), first=None):
+        # first: the placement on the first of 2 or 3 mesh dims, Shard(0) unless given
         last = Partial() if last is None else last
+        first = Shard(0) if first is None else first
         local = torch.ones(shape, dtype=dtype)
         full_shape = torch.Size(shape)
         return DTensor.from_local(
-            local[: shape[0] // 2] if mesh.ndim > 1 else local,
+            local.narrow(first.dim, 0, shape[first.dim] // 2).contiguous()
+            if mesh.ndim > 1
+            else local,
             mesh,
-            placements(mesh.ndim, last),
+            placements(mesh.ndim, last, first),
             run_check=False,
             shape=full_shape if mesh.ndim > 1 else None,
             stride=local.stride() if mesh.ndim > 1 else None,
         )
 
-    def op(fn, last=None, dtype=torch.float32, shape=(8, 8), n_inputs=1):
+    def op(fn, last=None, dtype=torch.float32, shape=(8, 8), n_inputs=1, first=None):
         def make(mesh):
             def setup():
                 xs = [
-                    dtensor(mesh, Partial() if last is None else last, dtype, shape)
+                    dtensor(mesh, Partial() if last is None else last, dtype, shape, first)
                     for _ in range(n_inputs)
                 ]
                 return lambda: fn(*xs)
@@ -174,6 +178,15 @@ def cases(meshes):
         ("unbind", op(lambda x: x.unbind(1))),
         ("cat", op(lambda x, y: torch.cat([x, y], dim=1), n_inputs=2)),
         ("cat P(product)", op(lambda x, y: torch.cat([x, y], dim=1), last=product, n_inputs=2)),
+        # inputs that carry a Partial and need another redistribution (Shard(1) on the
+        # first mesh dim, on 2-D and 3-D meshes): every rule is expanded
+        ("x[:, 1] S(1)", op(lambda x: x[:, 1], first=Shard(1))),
+        ("x[:, 1] S(1) P(product)", op(lambda x: x[:, 1], last=product, first=Shard(1))),
+        ("cat S(1)", op(lambda x, y: torch.cat([x, y], dim=1), n_inputs=2, first=Shard(1))),
+        (
+            "cat S(1) P(product)",
+            op(lambda x, y: torch.cat([x, y], 1), last=product, n_inputs=2, first=Shard(1)),
+        ),  # fmt: skip
         ("index_select", op(index_select)),
         ("index_fill", op(index_fill)),
         ("slice_scatter", two(lambda x, y: torch.slice_scatter(x, y, 1, 0, 4), (8, 4))),

@@ -9,7 +9,9 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - flops: FLOPs of I + W / FLOPs of the fused backward (torch.utils.flop_counter)
 - held MB: tensors autograd keeps between I and W (saved tensors still alive plus the
   gradients saved for W, and the weight gradients I computed for W to accumulate), after
-  the caller drops its outputs as a pipeline stage does
+  the caller drops its outputs as a pipeline stage does; a saved tensor counts while its
+  storage is alive, so the weights and the stage input, which the caller keeps anyway,
+  count on both sides
 - peak MB in W: the most tensor bytes live at once inside stage_backward_weight (W), with
   every .grad None before W (as after zero_grad()), so W allocates the weight gradients
 - groups ms: construct_reverse_graph + get_param_groups (+ the overlay's choice of the
@@ -20,18 +22,23 @@ N (1.0 is linear; the target is at most 2). Rows whose peak in W is above stock'
 split by kind (saved weights, saved activations, saved gradients, allocated in W): overlay
 minus stock, each at its own peak.
 
-Two more tables. Micro-batches in flight (IN_FLIGHT): k input backwards, then their k weight
-backwards (the order zero-bubble schedules use), for Linear(H, H) applied N times to
-micro-batches of T rows (large weights and small micro-batches included) and for a weight
-penalty in the loss: bytes held after the k I's, the FLOP ratio (k I's + k W's) / k fused
-backwards, and whether the overlay computed the weight gradients in I. Weights shared in
-mirror (MIRROR: weight i used by layers i and 2M - 1 - i, 4x4 weights): CPU ms of
-stage_backward_input, which is where the overlay chooses the groups to compute in I.
+Two more tables. Micro-batches in flight (IN_FLIGHT): k forwards and input backwards, then
+their k weight backwards (the order zero-bubble schedules use), for Linear(H, H) applied N
+times to micro-batches of T rows (large weights and small micro-batches included) and for a
+weight penalty in the loss: bytes held after the k I's (without the weights and the stage
+inputs), the peak over the whole sequence as the CPU allocator reports it, the FLOP ratio
+(k I's + k W's) / k fused backwards, whether the overlay computed the weight gradients in
+I, and the same figures on the overlay with every group that re-runs the dX chain moved
+whatever the memory ("all moved": what the overlay's memory rule turns down). Weights
+shared in mirror (MIRROR: weight i used by layers i and 2M - 1 - i, 4x4 and 32x32 weights):
+CPU ms of stage_backward_input, which is where the overlay chooses how each group's weight
+backward runs.
 
 Memory is counted per storage (its whole nbytes, once however many tensors view it), on
-one micro-batch. Saved tensors are found with a pack hook that saves a detached alias, as
-autograd saves a node's own output (the tensor itself would hold its grad_fn, which would
-hold it: a cycle that keeps it alive). The peak starts from the held tensors, each until it
+one micro-batch. Saved tensors are found by walking the graph after the forward and reading
+each node's saved tensors without unpacking them (``_raw_saved_*``: no saved-tensor hook, which
+would change what the graph holds); a weak reference to each one's storage
+tells whether it is still alive. The peak starts from the held tensors, each until it
 is freed, and adds every storage an op allocates during W (an output storage that no input
 of the op has), until it is freed: a TorchDispatchMode sees each op, backward ones included
 (autograd runs them under the caller's mode), and a weakref.finalize on each storage sees
@@ -45,8 +52,8 @@ worked out by hand, and its peak over start equals what the CPU allocator itself
 
 The worker prints JSON: {"rows": {"<kind> <N>": {"correct", "time", "flops", "held_mb",
 "peak_w_mb", "peak_w_parts_mb", "groups_ms"} or {"error"}}, "tracker_check": {...},
-"in_flight": {"<label> <H> <T> <N> <k> <penalty>": {"held_mb", "flops", "correct",
-"moved"}}, "mirror_ms": {"<M>": ms}}.
+"in_flight": {"<label> <H> <T> <N> <k> <penalty>": {"held_mb", "peak_mb", "flops",
+"correct", "moved", "forced" (overlay: the same keys)}}, "mirror_ms": {"<M> <width>": ms}}.
 """
 
 from __future__ import annotations
@@ -103,8 +110,8 @@ def stage(depth: int, kind: str):
 
 
 def live_bytes_mode(held):
-    """A TorchDispatchMode that counts the live bytes of the storages of ``held`` ((tensor,
-    label) pairs that exist when it is made) and of every storage an op run under it
+    """A TorchDispatchMode that counts the live bytes of the storages of ``held`` ((tensor or
+    storage, label) pairs that exist when it is made) and of every storage an op run under it
     allocates (label "allocated in W"), each storage once, until that storage is freed.
     ``start`` and ``peak`` (the maximum, reached after some allocation) are in bytes;
     ``peak_parts`` splits the peak by label.
@@ -157,10 +164,36 @@ def live_bytes_mode(held):
             return out
 
     mode = LiveBytes()
-    for t, label in held:
-        mode.track(t.untyped_storage(), label)
+    for t, label in held:  # tensors or storages
+        mode.track(t.untyped_storage() if isinstance(t, torch.Tensor) else t, label)
     mode.start = mode.live
     return mode
+
+
+def saved_storages(outputs) -> list:
+    """Weak references to the storages of the tensors the graph below ``outputs`` saved
+    for backward, read without unpacking them, each storage once."""
+    import torch
+
+    refs, seen, stack, nodes = {}, set(), [o.grad_fn for o in outputs], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in nodes:
+            continue
+        nodes.add(node)
+        stack.extend(child for child, _ in node.next_functions)
+        for name in dir(node):
+            if not name.startswith("_raw_saved_"):
+                continue
+            saved = getattr(node, name)
+            for one in saved if isinstance(saved, (list, tuple)) else (saved,):
+                data = one.data if isinstance(one, torch._C._autograd.SavedTensor) else None
+                if isinstance(data, torch.Tensor):
+                    storage = data.untyped_storage()
+                    if storage._cdata not in seen:
+                        seen.add(storage._cdata)
+                        refs[storage._cdata] = weakref.ref(storage)
+    return list(refs.values())
 
 
 def weight_step_memory(forward, params, x, grad) -> dict:
@@ -168,7 +201,6 @@ def weight_step_memory(forward, params, x, grad) -> dict:
     its outputs after I; ``.grad`` is None before W, as after ``zero_grad()``). Returns the
     bytes autograd holds between I and W ("held") and the peak live bytes inside W ("peak",
     split by kind in "peak_parts")."""
-    import torch
     from torch.distributed.pipelining._backward import (
         stage_backward_input,
         stage_backward_weight,
@@ -177,26 +209,17 @@ def weight_step_memory(forward, params, x, grad) -> dict:
     for p in params:
         p.grad = None
     weights = {p.untyped_storage()._cdata for p in params}
-    alive = []
-
-    def pack(t):
-        # Save a detached alias, as autograd itself saves an output of its node: the tensor
-        # would hold its grad_fn, which would hold it, a cycle that nothing frees.
-        t = t.detach()
-        alive.append(weakref.ref(t))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = forward(x)
+    out = forward(x)
+    alive = saved_storages([out])
     _, groups = stage_backward_input([out], [grad], [x], iter(params))
     del out  # a stage drops its outputs after I
     gc.collect()
 
     def held():  # saved tensors still alive, and the gradients saved for W
         for ref in alive:
-            if (t := ref()) is not None:
-                weight = t.untyped_storage()._cdata in weights
-                yield t, "saved weights" if weight else "saved activations"
+            if (storage := ref()) is not None:
+                weight = storage._cdata in weights
+                yield storage, "saved weights" if weight else "saved activations"
         for group in groups:
             for saved in group["grads"]:
                 yield from ((g, "saved gradients") for g in saved or () if g is not None)
@@ -355,7 +378,7 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         else:  # the overlay computes the inputs' closure once for both
             closure, _ = reverse_closure(inputs, set(), reverse)
             groups = get_param_groups(inputs, weights, reverse, inputs_closure=closure)
-            choose_groups_for_i(groups, closure)
+            choose_groups_for_i(groups, closure, reverse)
         return time.perf_counter() - start
 
     def median(run):
@@ -393,6 +416,10 @@ def measure(depth: int, kind: str, reps: int) -> dict:
 
 # (label, width H, rows per micro-batch T, uses N, micro-batches in flight k, weight penalty)
 IN_FLIGHT = [
+    ("reused", 256, 32, 4, 1, False),
+    ("reused", 256, 32, 4, 4, False),
+    ("reused", 256, 40, 4, 1, False),
+    ("reused", 256, 40, 4, 4, False),
     ("reused", 1024, 16, 2, 1, False),
     ("reused", 1024, 16, 2, 4, False),
     ("reused", 2048, 8, 4, 1, False),
@@ -403,34 +430,63 @@ IN_FLIGHT = [
     ("reused", 1024, 512, 4, 4, False),
     ("penalty", 1024, 16, 1, 4, True),
 ]
-MIRROR = [50, 200, 400]
+# (layers M, weight width): 4x4 weights fit the saved gradients (moved to I), 32x32 do not
+# (they stay)
+MIRROR = [(50, 4), (200, 4), (400, 4), (50, 32), (200, 32), (400, 32)]
 
 
-def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
-    """k micro-batches through I, then their k W's (the zero-bubble order), one
-    Linear(width, width) applied ``uses`` times (or once, with an L2 penalty on its
-    weight in the loss), fp32. Returns the bytes held after the k I's (saved tensors
-    still alive, gradients saved for W, weight gradients I computed; per storage), the
-    FLOP ratio (k I's + k W's) / k fused backwards, whether the gradients equal the
-    fused ones, and whether the group's weight gradients were computed in I."""
+@contextlib.contextmanager
+def moving_every_group():
+    """On the overlay, move every group whose weight backward would re-run the dX chain,
+    whatever the memory: what the memory rule turns down."""
+    import torch.distributed.pipelining._backward as backward
+
+    real = backward._grad_nbytes
+    # parameters' gradients count as 0 bytes: every such group fits
+    backward._grad_nbytes = lambda node: 0 if hasattr(node, "variable") else real(node)
+    try:
+        yield
+    finally:
+        backward._grad_nbytes = real
+
+
+def held_bytes(alive, pending, kept) -> int:
+    """Bytes of the storages still alive in ``alive`` (weak references) and of the tensors
+    the param groups in ``pending`` hold for W, each storage once, without ``kept``."""
+    storages = [s for ref in alive if (s := ref()) is not None]
+    for groups in pending:
+        for group in groups:
+            for saved in group.get("grads") or ():
+                storages += [t.untyped_storage() for t in saved or () if t is not None]
+            extra = (group.get("root_grads") or []) + (group.get("param_grads") or [])
+            storages += [t.untyped_storage() for t in extra if t is not None]
+    sizes = {s._cdata: s.nbytes() for s in storages if s._cdata not in kept}
+    return sum(sizes.values())
+
+
+def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool, force=False) -> dict:
+    """k micro-batches through forward and I, then their k W's (the zero-bubble order),
+    one Linear(width, width) applied ``uses`` times (or once, with an L2 penalty on its
+    weight in the loss), fp32. Returns the bytes held after the k I's (saved tensors still
+    alive, gradients saved for W, weight gradients I computed; per storage, without the
+    weights and the stage inputs, which the stage holds until W anyway), the peak bytes
+    over the k forwards, I's and W's as the CPU allocator reports them (above what was
+    allocated before: weights, inputs, output gradients), the FLOP ratio (k I's + k W's) /
+    k fused backwards, whether the gradients equal the fused ones, and whether the group's
+    weight gradients were computed in I. ``force``: see ``moving_every_group``."""
     import torch
     import torch.nn.functional as F
     from torch.distributed.pipelining._backward import (
         stage_backward_input,
         stage_backward_weight,
     )
+    from torch.profiler import ProfilerActivity, profile
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.randn(width, width) / width**0.5)
     b = torch.nn.Parameter(torch.zeros(width))
     params = [w, b]
-    alive = []
-
-    def pack(t):
-        t = t.detach()
-        alive.append(weakref.ref(t))
-        return t
 
     def forward(x):
         h = x
@@ -449,49 +505,53 @@ def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
     fused_grads = [p.grad for p in params]
     for p in params:
         p.grad = None
-    split_flops, pending = 0, []
-    for x, g in zip(xs, grads, strict=True):
-        x = x.detach().requires_grad_()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = forward(x)
-        with FlopCounterMode(display=False) as counter:
-            _, groups = stage_backward_input(out, g, [x], iter(params))
-        split_flops += counter.get_total_flops()
-        del out  # a stage drops its outputs after I
-        pending.append(groups)
+    xs = [x.detach().requires_grad_() for x in xs]
+    kept = {t.untyped_storage()._cdata for t in [*params, *xs]}
+    split_flops, pending, alive = 0, [], []
     gc.collect()
-    seen, weights, nbytes = set(), {p.untyped_storage()._cdata for p in params}, 0
-    tensors = [t for ref in alive if (t := ref()) is not None]
-    for groups in pending:
-        for group in groups:
-            for saved in group.get("grads") or ():
-                tensors += [t for t in saved or () if t is not None]
-            extra = (group.get("root_grads") or []) + (group.get("param_grads") or [])
-            tensors += [t for t in extra if t is not None]
-    for t in tensors:
-        key = t.untyped_storage()._cdata
-        if key not in seen and key not in weights:
-            seen.add(key)
-            nbytes += t.untyped_storage().nbytes()
-    moved = any("param_grads" in g for g in pending[0])
-    del tensors
-    for groups in pending:
-        with FlopCounterMode(display=False) as counter:
-            stage_backward_weight(iter(params), groups)
-        split_flops += counter.get_total_flops()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with moving_every_group() if force else contextlib.nullcontext():
+            for x, g in zip(xs, grads, strict=True):
+                out = forward(x)
+                alive += saved_storages(out)
+                with FlopCounterMode(display=False) as counter:
+                    _, groups = stage_backward_input(out, g, [x], iter(params))
+                split_flops += counter.get_total_flops()
+                del out  # a stage drops its outputs after I
+                pending.append(groups)
+        gc.collect()
+        nbytes = held_bytes(alive, pending, kept)
+        moved = (
+            "per use"
+            if any("per_use" in g for g in pending[0])
+            else "yes"
+            if any("param_grads" in g for g in pending[0])
+            else "no"
+        )
+        for groups in pending:
+            with FlopCounterMode(display=False) as counter:
+                stage_backward_weight(iter(params), groups)
+            split_flops += counter.get_total_flops()
+        del pending, groups
+    live = peak = 0
+    events = prof.profiler.kineto_results.events()
+    for _, n in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"):
+        live += n
+        peak = max(peak, live)
     correct = all(
         torch.allclose(p.grad, g, rtol=1e-4, atol=1e-5)
         for p, g in zip(params, fused_grads, strict=True)
     )
-    return {"held_mb": nbytes / 2**20, "flops": split_flops / fused_flops,
-            "correct": correct, "moved": moved}  # fmt: skip
+    return {"held_mb": nbytes / 2**20, "peak_mb": peak / 2**20,
+            "flops": split_flops / fused_flops, "correct": correct, "moved": moved}  # fmt: skip
 
 
-def mirror_input_backward_ms(m: int, reps: int) -> float:
+def mirror_input_backward_ms(m: int, width: int, reps: int) -> float:
     """CPU ms of stage_backward_input (graph walk, grouping, the overlay's choice and the
     backward itself) on weights shared in mirror: weight i used by layer i and by layer
-    2m - 1 - i (a tied encoder-decoder), 4x4 weights so that the time is the bookkeeping;
-    best of ``reps``."""
+    2m - 1 - i (a tied encoder-decoder), small weights so that the time is mostly the
+    bookkeeping; 8 rows. With 4x4 weights each group's weight gradient fits in its saved
+    gradients (moved to I); with 32x32 it does not (the groups stay); best of ``reps``."""
     import torch
     from torch.distributed.pipelining._backward import (
         stage_backward_input,
@@ -499,10 +559,10 @@ def mirror_input_backward_ms(m: int, reps: int) -> float:
     )
 
     torch.manual_seed(0)
-    ps = [torch.nn.Parameter(torch.randn(4, 4) / 2) for _ in range(m)]
+    ps = [torch.nn.Parameter(torch.randn(width, width) / width**0.5) for _ in range(m)]
     best = float("inf")
     for _ in range(reps):
-        x = torch.randn(8, 4, requires_grad=True)
+        x = torch.randn(8, width, requires_grad=True)
         h = x
         for p in ps + ps[::-1]:
             h = torch.tanh(h @ p)
@@ -526,8 +586,14 @@ def worker(reps: int, depths: list[int]) -> None:
                 rows[f"{kind} {depth}"] = measure(depth, kind, reps)
             except RuntimeError as error:
                 rows[f"{kind} {depth}"] = {"error": str(error).strip().splitlines()[0][:50]}
-    flight = {" ".join(map(str, row)): in_flight(*row[1:]) for row in IN_FLIGHT}
-    mirror = {str(m): mirror_input_backward_ms(m, reps) for m in MIRROR}
+    import torch.distributed.pipelining._backward as backward
+
+    flight = {}
+    for row in IN_FLIGHT:
+        flight[" ".join(map(str, row))] = result = in_flight(*row[1:])
+        if hasattr(backward, "_groups_to_compute_in_input_backward"):  # the overlay
+            result["forced"] = in_flight(*row[1:], force=True)
+    mirror = {f"{m} {w}": mirror_input_backward_ms(m, w, reps) for m, w in MIRROR}
     print(json.dumps({"rows": rows, "tracker_check": check_tracker(), "in_flight": flight,
                       "mirror_ms": mirror}))  # fmt: skip
 
@@ -619,22 +685,31 @@ def main() -> None:
         s, o = stock[name]["peak_w_parts_mb"], overlay[name]["peak_w_parts_mb"]
         parts = {k: o.get(k, 0.0) - s.get(k, 0.0) for k in {*s, *o}}
         print(f"  {name:12} " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(parts.items()) if v))
-    print("micro-batches in flight: k I's, then k W's (zero-bubble order), Linear(H, H) "
-          "applied N times to micro-batches of T rows, fp32; held MB after the k I's, "
-          "FLOP ratio (I+W)/fused; moved: the overlay computed the weight gradients in I")  # fmt: skip
-    print(f"{'case':26} {'held MB':>18} {'FLOP ratio':>15} {'moved':>6} {'grads':>10}")
+    print("micro-batches in flight: k forwards and I's, then k W's (zero-bubble order), "
+          "Linear(H, H) + ReLU applied N times to micro-batches of T rows, fp32; held MB "
+          "after the k I's (without weights and stage inputs), peak MB over the k forwards, "
+          "I's and W's (CPU allocator), FLOP ratio (I+W)/fused; moved: the overlay computed "
+          "the weight gradients in I (per use: W runs one weight backward per use); "
+          "'all moved': the overlay with every such group moved "
+          "whatever the memory (what its memory rule turns down)")  # fmt: skip
+    print(f"{'case':26} {'held MB':>16} {'peak MB':>16} {'FLOP ratio':>13} {'moved':>6} "
+          f"{'all moved: held, peak, FLOPs':>29} {'grads':>10}")  # fmt: skip
     for name in stock_json["in_flight"]:
         s, o = stock_json["in_flight"][name], overlay_json["in_flight"][name]
+        f = o["forced"]
         label, h, t, n, k, _ = name.split()
         case = f"{label} H={h} T={t} N={n} k={k}"
-        print(f"{case:26} {s['held_mb']:7.2f} | {o['held_mb']:7.2f} {s['flops']:6.2f} | "
-              f"{o['flops']:5.2f} {'yes' if o['moved'] else 'no':>6} "
-              f"{verdict(s):>4} | {verdict(o)}")  # fmt: skip
-    print("weights shared in mirror (weight i in layers i and 2M-1-i), 4x4: "
+        print(f"{case:26} {s['held_mb']:7.2f} | {o['held_mb']:6.2f} "
+              f"{s['peak_mb']:7.2f} | {o['peak_mb']:6.2f} {s['flops']:5.2f} | {o['flops']:5.2f} "
+              f"{o['moved']:>6} {f['held_mb']:11.2f} {f['peak_mb']:8.2f} "
+              f"{f['flops']:6.2f}  {verdict(s):>4} | {verdict(o)}"
+              f"{'' if verdict(f) == 'ok' else ' (all moved: ' + verdict(f) + ')'}")  # fmt: skip
+    print("weights shared in mirror (weight i in layers i and 2M-1-i), W x W weights, 8 rows: "
           "stage_backward_input CPU ms, best of --reps, stock | overlay")  # fmt: skip
-    for m in stock_json["mirror_ms"]:
-        s, o = stock_json["mirror_ms"][m], overlay_json["mirror_ms"][m]
-        print(f"  M={m:>4} ({2 * int(m)} layers): {s:7.1f} | {o:7.1f} | {o / s:5.2f}x")
+    for key in stock_json["mirror_ms"]:
+        s, o = stock_json["mirror_ms"][key], overlay_json["mirror_ms"][key]
+        m, w = key.split()
+        print(f"  M={m:>4} W={w:>2} ({2 * int(m)} layers): {s:7.1f} | {o:7.1f} | {o / s:5.2f}x")
     print(f"peak tracker check on {TRACKER_CHECK_DEPTH} x bias-free Linear({WIDTH}, {WIDTH}), "
           f"batch {BATCH}, against bytes worked out by hand (see check_tracker):")  # fmt: skip
     for label, check in (("stock", stock_json["tracker_check"]),

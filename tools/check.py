@@ -71,6 +71,11 @@ SCAFFOLDING = {
         "this project's framing (upstream sees one PR)"
     ),
     r"\bstock\b": "this project's framing (say 'main' or 'without this PR')",
+    # Upstream cannot look up this project's reviews ("rev25d", "ReviewRev25b") or issues
+    # ("issue 24b"; upstream's are "#123456"): say what was found instead.
+    r"\brev\d{2}[a-z]?\b|\bReviewRev\d+|(?<!#)\bissue\s+\d{1,3}[a-z]?\b": (
+        "this project's review or issue label (upstream cannot look it up)"
+    ),
     # forks of pytorch/pytorch, by owner/repo@sha, URL or "owner/pytorch at sha"
     r"\b(?!pytorch/)[\w.-]+/pytorch(?:-[\w.]+)?(?:@|/blob/|/tree/|/commit/|\s+at\s+)[0-9a-f]{7,40}\b"
     r"|\(stored copy|\bstored copies\b": "a copy of an upstream file (fork or stored copy)",

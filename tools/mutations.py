@@ -534,6 +534,8 @@ def _constructed(name: str):
         return _constructed_review3(name[len("review3-") :])
     if name.startswith("review4-"):
         return _constructed_review4(name[len("review4-") :])
+    if name.startswith("review5-"):
+        return _constructed_review5(name[len("review5-") :])
     raise KeyError(name)
 
 
@@ -697,6 +699,37 @@ def _constructed_review4(name: str):
     raise KeyError(name)
 
 
+def _constructed_review5(name: str):
+    """The samples of the cold review rev25d (its corpus entries review5-*): float64
+    rows of +-big pairs that cancel to 1e-3, B all ones, a small bias."""
+    import torch
+
+    aten = torch.ops.aten
+    f64 = torch.float64
+
+    def cancelling(n, big):
+        g = torch.Generator().manual_seed(0)
+        x = (torch.rand(n, generator=g, dtype=f64) + 0.5) * big
+        x[1::2] = -x[0::2]
+        x[0] += 1e-3
+        return x
+
+    op = name.split("-")[0]
+    if op == "addmm1e9":  # D1: K = 256, bias 1e-4
+        a = cancelling(2 * 256, 1e9).reshape(2, 256)
+        bias = torch.full((2, 2), 1e-4, dtype=f64)
+        return aten.addmm.default, (bias, a, torch.ones(256, 2, dtype=f64)), {}
+    if op == "addmm1e10":  # D2: K = 16, bias 5e-5
+        a = cancelling(4 * 16, 1e10).reshape(4, 16)
+        bias = torch.full((4, 3), 5e-5, dtype=f64)
+        return aten.addmm.default, (bias, a, torch.ones(16, 3, dtype=f64)), {}
+    if op == "baddbmm1e10":  # D3: K = 64, bias 1e-4
+        a = cancelling(2 * 64, 1e10).reshape(1, 2, 64)
+        bias = torch.full((1, 2, 2), 1e-4, dtype=f64)
+        return aten.baddbmm.default, (bias, a, torch.ones(1, 64, 2, dtype=f64)), {}
+    raise KeyError(name)
+
+
 _R2 = "review 2026-11-27: "
 _PI = "accepted by the Partial-input PR's "
 
@@ -765,6 +798,17 @@ REVIEW4 = (
        _R4 + "any() of an all-zero integer P(sum) input (the R6 class's any side)")
       for op, dtype in (("i64anyzero", "int64"), ("u8anyzero", "uint8"))
       for dst in ("max", "sum")],
+)  # fmt: skip
+
+_R5 = "review rev25d: "
+
+# The cold review rev25d (after the fixes of rev25c).
+REVIEW5 = tuple(
+    (f"review5-{op}-r-sum", "matmul", "float64", (("R", "P(sum)", "R"), ("P(sum)",)),
+     _R5 + "tolerance PR: the float64 recheck's band for a contraction, 4 ulps of the "
+     "op on the absolute per-rank values, above a Replicate bias added on every rank "
+     "when the terms cancel")
+    for op in ("addmm1e9", "addmm1e10", "baddbmm1e10")
 )  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -843,6 +887,7 @@ FOUND = (
      _R2 + "untestable (_NormPartial input) in the _NormPartial PR, so not reported"),
     *REVIEW3,
     *REVIEW4,
+    *REVIEW5,
 )  # fmt: skip
 
 

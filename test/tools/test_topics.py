@@ -210,7 +210,9 @@ patches/topics.json: topic 'later' has no patch""",
                      "See https://github.com/kerer-ai/pytorch/blob/652b7f394e70/test/x.py.",
                      "Copied from kerer-ai/pytorch at 652b7f3.", "As this series does.",
                      "With our overlay active.", "Overlay Notes:",
-                     "Pull Request resolved: https://github.com/pytorch/pytorch/pull/180511"):  # fmt: skip
+                     "Pull Request resolved: https://github.com/pytorch/pytorch/pull/180511",
+                     "As review rev25d found.", "See ReviewRev25bTest.",
+                     "Issue 24b, item 1."):  # fmt: skip
             leaky = text.replace(b"Repairs a thing", leak.encode())
             self.assertTrue(
                 any(
@@ -219,7 +221,8 @@ patches/topics.json: topic 'later' has no patch""",
                 leak,
             )
         for fine in ("Since torch 2.0 the series of views is kept.", "See pytorch/pytorch@0123abcd.",
-                     "Uses NVIDIA/cutlass@0123abcd.", "Fixes the guard so that it holds."):  # fmt: skip
+                     "Uses NVIDIA/cutlass@0123abcd.", "Fixes the guard so that it holds.",
+                     "See issue #172421 and the review on #183363."):  # fmt: skip
             clean = text.replace(
                 b"Repairs a thing on torch 2.15.0 (stock) with the series.", fine.encode()
             )

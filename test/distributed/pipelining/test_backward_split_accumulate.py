@@ -12,51 +12,16 @@ from torch.distributed.pipelining._backward import (
 )
 from torch.testing._internal.common_utils import TestCase, run_tests
 
-DIM = 4
+from test_backward_split_grouping import (  # the test file of the grouping PR
+    DIM,
+    make_params,
+    clone_params,
+    split_backward,
+    MatchesFusedMixin,
+)
 
 
-def make_params(n, seed=0, shape=(DIM, DIM)):
-    torch.manual_seed(seed)
-    return [
-        torch.nn.Parameter(torch.randn(*shape, dtype=torch.float64) * 0.5)
-        for _ in range(n)
-    ]
-
-
-def clone_params(params):
-    return [torch.nn.Parameter(p.detach().clone()) for p in params]
-
-
-def split_backward(outputs, output_grads, inputs, params):
-    dinputs, param_groups = stage_backward_input(
-        outputs, output_grads, inputs, iter(params)
-    )
-    returned = stage_backward_weight(iter(params), param_groups)
-    return dinputs, returned
-
-
-class StageBackwardSplitAccumulateTests(TestCase):
-    def check_matches_fused(self, stage, n_params, n_microbatches=2, loss=False):
-        """Run ``stage(x, params) -> outputs`` for several micro-batches through the
-        split and through a fused backward; every gradient must match."""
-        params = make_params(n_params)
-        ref_params = clone_params(params)
-        torch.manual_seed(1)
-        for _ in range(n_microbatches):
-            x = torch.randn(DIM, DIM, dtype=torch.float64, requires_grad=True)
-            ref_x = x.detach().clone().requires_grad_()
-            outputs = stage(x, params)
-            ref_outputs = stage(ref_x, ref_params)
-            grads = None if loss else [torch.randn_like(o) for o in ref_outputs]
-            torch.autograd.backward(ref_outputs, grads)
-            dinputs, _ = split_backward(outputs, grads, [x], params)
-            torch.testing.assert_close(dinputs[0], ref_x.grad)
-            for param, ref in zip(params, ref_params, strict=True):
-                self.assertIs(param.grad is None, ref.grad is None)
-                if ref.grad is not None:
-                    torch.testing.assert_close(param.grad, ref.grad)
-        return params, outputs
-
+class StageBackwardSplitAccumulateTests(MatchesFusedMixin, TestCase):
     # 5. .grad aliasing
     def test_param_joining_two_groups(self):
         """Needs the grouping of the previous change too: ``p[0]`` and ``p[1]``

@@ -40,7 +40,10 @@ def split_backward(outputs, output_grads, inputs, params):
     return dinputs, returned
 
 
-class StageBackwardSplitGroupingTests(TestCase):
+class MatchesFusedMixin:
+    """``check_matches_fused`` for the split-backward test files of this
+    directory (they import it from here)."""
+
     def check_matches_fused(self, stage, n_params, n_microbatches=2, loss=False):
         """Run ``stage(x, params) -> outputs`` for several micro-batches through the
         split and through a fused backward; every gradient must match."""
@@ -62,6 +65,8 @@ class StageBackwardSplitGroupingTests(TestCase):
                     torch.testing.assert_close(param.grad, ref.grad)
         return params, outputs
 
+
+class StageBackwardSplitGroupingTests(MatchesFusedMixin, TestCase):
     # 1. a weight reused with another layer in between
     def test_weight_reused_after_another_layer(self):
         self.check_matches_fused(lambda x, p: [x @ p[0] @ p[1] @ p[0]], 2)

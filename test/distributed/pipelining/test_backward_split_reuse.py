@@ -2,10 +2,12 @@
 """The dX/dW split behind the zero-bubble schedules (stage_backward_input, then
 stage_backward_weight) on a layer applied several times in one stage: the weight
 backward must not re-run the dX chain between the layer's uses, so input plus
-weight backward cost what a fused backward costs, with the same gradients.
-Ordinary layers keep their weight-gradient work in the weight backward, and so
-does a reused layer whose weight gradient would take more memory than the
-gradients the weight backward would otherwise keep."""
+weight backward cost what a fused backward costs, with the same gradients. A
+weight that reaches each use through a node of its own (F.linear's ``w.t()``)
+gets its weight backward one use at a time, in W; a small parameter every use
+reaches directly (the bias) is captured in I. A weight every use reaches
+directly (``x @ w``) moves to I when its gradient is no larger than the
+gradients saved for it, and otherwise keeps the old path."""
 
 from unittest import mock
 
@@ -22,6 +24,7 @@ from torch.testing._internal.common_utils import (
     run_tests,
     TestCase,
 )
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -87,7 +90,10 @@ class StageBackwardSplitReuseTests(TestCase):
             del outputs  # as a stage does after the input backward
             with counters[2]:
                 stage_backward_weight(iter(params), param_groups)
-            self.moved = ["param_grads" in g for g in param_groups]
+            self.moved = [
+                "param_grads" in g and "per_use" not in g for g in param_groups
+            ]
+            self.per_use = ["per_use" in g for g in param_groups]
             fused, i_flops, w_flops = (c.get_total_flops() for c in counters)
             torch.testing.assert_close(dinputs[0], ref_x.grad)
             for param, ref in zip(params, ref_params, strict=True):
@@ -95,15 +101,29 @@ class StageBackwardSplitReuseTests(TestCase):
                 torch.testing.assert_close(param.grad, ref.grad)
         return i_flops, w_flops, fused
 
+    @parametrize("bias", [True, False])
     @parametrize("uses", [4, 16])
-    def test_reused_layer_costs_a_fused_backward(self, uses):
-        """Without computing the reused weight's gradient in the input backward,
-        the weight backward re-runs the chain between the uses: 1.375x a fused
-        backward at 4 uses, 1.469x at 16."""
-        i_flops, w_flops, fused = self.run_split_and_fused(
-            reused_layer(uses), linear_params(1)
-        )
+    def test_reused_layer_costs_a_fused_backward(self, uses, bias):
+        """Without per-use weight backwards, the weight backward re-runs the chain
+        between the uses: 1.375x a fused backward at 4 uses, 1.469x at 16. With
+        them, the input backward computes every dX (and the bias's gradient,
+        which every use reaches directly), the weight backward every use's dW:
+        half a fused backward each."""
+        params = linear_params(1)
+        if not bias:
+            params = params[:1]
+
+        def stage(x, params):
+            w, b = params[0], params[1] if bias else None
+            for _ in range(uses):
+                x = torch.relu(F.linear(x, w, b))
+            return [x]
+
+        i_flops, w_flops, fused = self.run_split_and_fused(stage, params)
+        self.assertEqual(self.per_use, [True])
         self.assertLessEqual(i_flops + w_flops, 1.05 * fused)
+        self.assertEqual(i_flops, fused // 2)
+        self.assertEqual(w_flops, fused // 2)
 
     def test_plain_stack_keeps_weight_gradients_in_weight_backward(self):
         """Separate layers are unchanged: the input backward computes dX only
@@ -127,7 +147,7 @@ class StageBackwardSplitReuseTests(TestCase):
         self.assertEqual(w_flops, fused // 2)
 
     def test_reused_layer_next_to_plain_layers(self):
-        """Only the reused layer's gradients move to the input backward."""
+        """Only the reused layer runs per use; every dW stays in the weight backward."""
 
         def stage(x, params):
             x = plain_stack(x, params[:2])[0]
@@ -135,9 +155,10 @@ class StageBackwardSplitReuseTests(TestCase):
             return plain_stack(x, params[4:])
 
         i_flops, w_flops, fused = self.run_split_and_fused(stage, linear_params(3))
+        self.assertEqual(self.per_use, [False, True, False])
         matmul = 2 * BATCH * WIDTH * WIDTH
-        # dW of the two plain layers stays in W
-        self.assertEqual(w_flops, 2 * matmul)
+        # dW of the two plain layers and of the reused layer's 3 uses stays in W
+        self.assertEqual(w_flops, 5 * matmul)
         self.assertEqual(i_flops + w_flops, fused)
 
     def test_weight_penalty_in_loss(self):
@@ -207,25 +228,129 @@ class StageBackwardSplitReuseTests(TestCase):
         with self.assertRaisesRegex(RuntimeError, "already used"):
             stage_backward_weight(iter(params), param_groups)
 
-    @parametrize("uses", [2, 3])
-    def test_weight_gradient_larger_than_saved_gradients_stays_in_weight_backward(
-        self, uses
-    ):
-        """Moving holds the layer's weight and bias gradients (16 * 16 + 16 = 272
-        elements per micro-batch) from I to W instead of the gradients saved at
-        its uses (8 rows * 16 per use): with 2 uses (256 elements) that would
-        hold more, so the group keeps the old path and its extra FLOPs; with 3
-        (384) it moves."""
-        i_flops, w_flops, fused = self.run_split_and_fused(
-            reused_layer(uses), linear_params(1)
-        )
-        if uses == 2:
-            self.assertEqual(self.moved, [False])
-            self.assertEqual(i_flops, fused // 2)
-            self.assertGreater(i_flops + w_flops, fused)
-        else:
-            self.assertEqual(self.moved, [True])
+    @parametrize(
+        "uses, batch, moves",
+        [(2, 4, False), (2, 8, True), (4, 8, True)],
+        name_fn=lambda uses, batch, moves: f"{uses}_uses_{batch}_rows",
+    )
+    def test_memory_rule_weight_reached_directly(self, uses, batch, moves):
+        """``x @ w``: every use reaches the weight's AccumulateGrad directly, so
+        no backward from one use can avoid the chain below it; the group moves
+        whole to the input backward, where its weight gradient (16 * 16 = 256
+        elements per micro-batch) replaces the gradients saved at the uses
+        (batch * 16 each), only when it is not larger. 2 uses of 4 rows: 256 >
+        128, stays with its extra FLOPs; 2 uses of 8 rows (256) and 4 uses of 8
+        rows (512) move."""
+
+        def stage(x, params):
+            for _ in range(uses):
+                x = torch.tanh(x @ params[0])
+            return [x]
+
+        params = linear_params(1)[:1]
+        i_flops, w_flops, fused = self.run_split_and_fused(stage, params, batch=batch)
+        self.assertEqual(self.moved, [moves])
+        self.assertEqual(self.per_use, [False])
+        if moves:
             self.assertEqual(i_flops + w_flops, fused)
+            self.assertEqual(w_flops, 0)
+        else:
+            self.assertGreater(i_flops + w_flops, fused)
+
+    def test_weight_used_directly_and_through_own_node(self):
+        """A weight that each use reaches both through its own ``w.t()`` and
+        directly (``x @ w``): no per-use backward avoids the chain, so the group
+        follows the memory rule of a directly reached weight: 3 uses of 8 rows
+        save 6 * 128 elements >= 256 and move whole; 2 uses of 2 rows (128 < 256)
+        stay."""
+
+        def stage(x, params, uses):
+            w = params[0]
+            for _ in range(uses):
+                x = torch.tanh(F.linear(x, w) + x @ w)
+            return [x]
+
+        for uses, batch, moves in ((3, 8, True), (2, 2, False)):
+            params = linear_params(1)[:1]
+            i_flops, w_flops, fused = self.run_split_and_fused(
+                lambda x, p, uses=uses: stage(x, p, uses), params, batch=batch
+            )
+            self.assertEqual(self.moved, [moves])
+            self.assertEqual(self.per_use, [False])
+            if moves:
+                self.assertEqual(i_flops + w_flops, fused)
+            else:
+                self.assertGreater(i_flops + w_flops, fused)
+
+    def test_hooks_fire_once_per_microbatch(self):
+        """Per micro-batch: each parameter's post-accumulate-grad hook once, in W;
+        a tensor hook on an activation between two uses once, in I (the old path
+        ran it again in W, re-running the chain); a module full backward hook
+        once per use, in I."""
+        params = linear_params(1)
+        linear = torch.nn.Linear(WIDTH, WIDTH, dtype=torch.float64)
+        with torch.no_grad():
+            linear.weight.copy_(params[0])
+            linear.bias.copy_(params[1])
+        events = []
+        for name, p in linear.named_parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda p, name=name: events.append(("acc", name))
+            )
+        linear.register_full_backward_hook(lambda *_: events.append(("module",)))
+
+        def stage(x):
+            for use in range(4):
+                x = torch.relu(linear(x))
+                if use == 1:
+                    x.register_hook(lambda g: events.append(("tensor",)))
+            return [x]
+
+        for _ in range(2):
+            x = torch.randn(BATCH, WIDTH, dtype=torch.float64, requires_grad=True)
+            outputs = stage(x)
+            _, groups = stage_backward_input(
+                outputs, [torch.ones_like(outputs[0])], [x], linear.parameters()
+            )
+            del outputs
+            self.assertEqual(["per_use" in g for g in groups], [True])
+            self.assertEqual(sorted(events), [("module",)] * 4 + [("tensor",)])
+            events.clear()
+            stage_backward_weight(linear.parameters(), groups)
+            self.assertEqual(sorted(events), [("acc", "bias"), ("acc", "weight")])
+            events.clear()
+
+    def test_saved_tensor_hooks_and_tensor_subclass(self):
+        """Activations saved through saved-tensor hooks (offloading,
+        checkpointing) and a tensor subclass input: the per-use weight backward
+        unpacks what it needs, the gradients match a fused backward."""
+        params = linear_params(1)
+
+        def stage(x, params):
+            with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: t.clone(), lambda t: t
+            ):
+                return reused_layer(3)(x, params)
+
+        self.run_split_and_fused(stage, params)
+        self.assertEqual(self.per_use, [True])
+        x0 = torch.randn(BATCH, WIDTH, dtype=torch.float64)
+        for ps in (params, ref := clone_params(params)):
+            for p in ps:
+                p.grad = None
+        x = TwoTensor(x0, x0.clone()).requires_grad_()
+        outputs = reused_layer(3)(x, params)
+        _, param_groups = stage_backward_input(
+            outputs, [torch.ones_like(outputs[0])], [x], iter(params)
+        )
+        del outputs
+        stage_backward_weight(iter(params), param_groups)
+        torch.autograd.backward(
+            reused_layer(3)(TwoTensor(x0, x0.clone()), ref),
+            [torch.ones(BATCH, WIDTH, dtype=torch.float64)],
+        )
+        for p, r in zip(params, ref, strict=True):
+            torch.testing.assert_close(p.grad, r.grad)
 
     def test_microbatches_in_flight_input_input_weight_weight(self):
         """The order zero-bubble schedules use: several input backwards before the

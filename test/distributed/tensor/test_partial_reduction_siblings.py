@@ -10,6 +10,7 @@ truth reduces the per-rank values first, then applies the op.
 import math
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
@@ -91,6 +92,39 @@ class DistPartialReductionSiblingsTest(DTensorContinuousTestBase):
     def test_reductions_of_partial_inputs_match_reduce_then_op(self):
         mesh = self.build_device_mesh()
         self.run_subtests({"case": CASES}, self._check, mesh)
+
+    def test_integer_nansum_is_sum(self):
+        # An integer has no NaN: its nansum is its sum, which keeps a pending
+        # sum where it accumulates in the input's dtype (int8 wraps alike).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        per_rank = [[100, 70, -100, 5], [100, 70, -100, -3]]
+        reduced = torch.tensor(per_rank[0], dtype=torch.int8) + torch.tensor(
+            per_rank[1], dtype=torch.int8
+        )
+        truth = torch.nansum(reduced, 0, dtype=torch.int8)
+        for name in ("dtype=int8", "out=int8"):
+            with self.subTest(name):
+                local = map_local_for_rank(
+                    self.rank, lambda r: torch.tensor(per_rank[r], dtype=torch.int8)
+                )
+                dt = DTensor.from_local(local, mesh, [Partial()], run_check=False)
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    if name == "dtype=int8":
+                        out = torch.nansum(dt, 0, dtype=torch.int8)
+                    else:
+                        out = DTensor.from_local(
+                            torch.zeros((), dtype=torch.int8),
+                            mesh,
+                            [Partial()],
+                            run_check=False,
+                        )
+                        torch.nansum(dt, 0, out=out)
+                self.assertEqual(comm_mode.get_total_counts(), 0)
+                self.assertEqual(out.placements, (Partial(),))
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
 
 
 DistPartialReductionSiblingsTestWithLocalTensor = create_local_tensor_test_class(

@@ -71,6 +71,8 @@ REDUCED = [
     ("uint8 sum.dim_IntList", lambda x: x.sum(dim=1), [wrap(u8)], 1),
     ("int16 sum(dtype=float32)", lambda x: x.sum(dtype=f32), [wrap(i16)], 1),
     ("int32 prims.sum", lambda x: torch.ops.prims.sum(x, [0]), [wrap(i32)], 1),
+    ("int8 nansum", lambda x: x.nansum(), [wrap(i8)], 1),
+    ("bool nansum", lambda x: x.nansum(dim=1), [wrap(B)], 1),
     ("int32 cumsum", lambda x: x.cumsum(0), [wrap(i32)], 1),
     ("bool cumsum", lambda x: x.cumsum(1), [wrap(B)], 1),
     ("int8 cumsum(dtype=float32)", lambda x: x.cumsum(0, dtype=f32), [wrap(i8)], 1),
@@ -175,6 +177,7 @@ KEPT = [
     ("int8 add int8 Partial", operator.add, [wrap(i8), wrap(i8)]),
     ("bool add bool Partial", operator.add, [wrap(B), wrap(B)]),
     ("int16 sum(dtype=int8)", lambda x: x.sum(dtype=i8), [wrap(i16)]),
+    ("int8 nansum(dtype=int8)", lambda x: x.nansum(dtype=i8), [wrap(i8)]),
     ("float32 mul float", lambda x: x * 0.5, [wrap(f32)]),
     ("float32 div", lambda x: x / 3, [wrap(f32)]),
     ("float32 sum", lambda x: x.sum(), [wrap(f32)]),
@@ -395,6 +398,11 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                     lambda a, out: torch.sum(a, 0, out=out),
                     reduced.sum(0).to(dtype),
                 ),
+                (
+                    "nansum.out",
+                    lambda a, out: torch.nansum(a, 0, out=out),
+                    reduced.sum(0).to(dtype),
+                ),
             ]:
                 with self.subTest(name, dtype=dtype):
                     zeros = torch.zeros_like(truth).tolist()
@@ -435,12 +443,15 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         self.assertEqual(out.placements, (Replicate(),))
         self.assertEqual(out.full_tensor(), reduced_value(z).sum(1).to(f16))
         # mean.dtype_out averages in out's dtype: a float16 out rounds (and
-        # overflows) each rank's float32 value before the average.
+        # overflows) each rank's float32 value before the average, so the
+        # input is reduced first (a float16 Partial("avg") out then holds the
+        # same mean on every rank).
         y = P(f32, [[70000.0, 1.0]], [[-70000.0, 3.0]], "avg")
         mean_out = torch.ops.aten.mean.dtype_out
         for out_dtype, placement, collectives in [
             (f32, Partial("avg"), 0),
             (f16, Replicate(), 1),
+            (f16, Partial("avg"), 1),
         ]:
             with self.subTest("mean.dtype_out", out_dtype=out_dtype):
                 if placement == Replicate():
@@ -456,12 +467,6 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                     out.full_tensor(),
                     mean_out(reduced_value(y), out=torch.empty((), dtype=out_dtype)),
                 )
-        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
-            self._run_out(
-                lambda a, out: mean_out(a, out=out),
-                [self._dtensor(mesh, y)],
-                self._dtensor(mesh, P(f16, 0.0, 0.0, "avg")),
-            )
 
     def test_a_max_or_min_out_that_holds_the_partial_operand(self):
         # maximum/minimum return one of their operands: where the Partial
@@ -500,15 +505,19 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 self.assertEqual(out.placements, (Partial(reduce_op),))
                 truth = fn(reduced_value(x), reduced_value(y)).to(i8)
                 self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
-        # Not a selection: int8 + int32 wraps into the int8 out per rank.
+        # Not a selection: int8 + int32 wraps into the int8 out per rank, so
+        # the Partial operand is reduced first (the Partial(max) out then
+        # holds the same value on every rank).
         x = P(i8, [[100, 20]], [[20, 100]], "max")
+        y = R(i32, [[100, 100]])
         out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
-        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
-            self._run_out(
-                torch.add,
-                [self._dtensor(mesh, x), self._dtensor(mesh, R(i32, [[100, 100]]))],
-                out,
-            )
+        count = self._run_out(
+            torch.add, [self._dtensor(mesh, x), self._dtensor(mesh, y)], out
+        )
+        self.assertEqual(count, 1)
+        self.assertEqual(out.placements, (Partial("max"),))
+        truth = (reduced_value(x) + reduced_value(y)).to(i8)
+        self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
         # A Partial operand out's dtype does not hold is reduced first.
         x = P(i16, [[300, 100]], [[100, 300]], "max")
         out = self._dtensor(mesh, P(i8, [[0, 0]], [[0, 0]], "max"))
@@ -521,6 +530,62 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         self.assertEqual(
             out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0
         )
+
+    def test_a_replicate_operand_into_a_max_min_or_avg_partial(self):
+        # Every rank computes the same value from Replicate operands, and one
+        # value on every rank is a Partial("max"/"min"/"avg") of itself in any
+        # dtype: an out or a self of another dtype keeps it, with no
+        # collective (a Replicate operand of another dtype used to be checked
+        # as if it were the Partial one, and raised).
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        a = R(i32, [300, -300, 100, 7])
+        b = R(i32, [0, 0, 200, 1])
+        for name, fn, out_dtype, reduce_op in [
+            ("maximum out=int8 P(max)", torch.maximum, i8, "max"),
+            ("minimum out=uint8 P(min)", torch.minimum, u8, "min"),
+        ]:
+            with self.subTest(name):
+                out = self._dtensor(mesh, P(out_dtype, [0] * 4, [0] * 4, reduce_op))
+                ops = [self._dtensor(mesh, a), self._dtensor(mesh, b)]
+                self.assertEqual(self._run_out(fn, ops, out), 0)
+                self.assertEqual(out.placements, (Partial(reduce_op),))
+                truth = fn(reduced_value(a), reduced_value(b)).to(out_dtype)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # mean.dtype_out of a Replicate float32 into a float16 Partial("avg")
+        with self.subTest("mean.dtype_out out=float16 P(avg)"):
+            x = R(f32, [1.0, 2.0, 3.0, 5.0])
+            out = self._dtensor(mesh, P(f16, 0.0, 0.0, "avg"))
+            mean_out = torch.ops.aten.mean.dtype_out
+            count = self._run_out(
+                lambda t, out: mean_out(t, out=out), [self._dtensor(mesh, x)], out
+            )
+            self.assertEqual(count, 0)
+            self.assertEqual(out.placements, (Partial("avg"),))
+            self.assertEqual(out.full_tensor(), torch.tensor(2.75, dtype=f16))
+        # index_fill with a plain 0-dim tensor value (an int64 Replicate)
+        index = torch.tensor([1, 3])
+        idx = DTensor.from_local(index, mesh, [Replicate()], run_check=False)
+        for dtype, reduce_op, in_place in [
+            (i8, "max", True),
+            (i32, "max", True),
+            (i32, "max", False),
+            (i8, "min", True),
+        ]:
+            with self.subTest("index_fill", dtype=dtype, in_place=in_place):
+                x = P(dtype, [100, 70, -100, 5], [100, 70, -100, -3], reduce_op)
+                truth = reduced_value(x).index_fill(0, index, torch.tensor(5))
+                t = self._dtensor(mesh, x)
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    if in_place:
+                        res = t.index_fill_(0, idx, torch.tensor(5))
+                    else:
+                        res = t.index_fill(0, idx, torch.tensor(5))
+                self.assertEqual(comm_mode.get_total_counts(), 0)
+                self.assertEqual(res.placements, (Partial(reduce_op),))
+                self.assertEqual(res.full_tensor(), truth, atol=0, rtol=0)
 
     def test_index_fill_keeps_a_max_or_min_value_of_a_narrower_dtype(self):
         # An order-keeping cast (an integer widening) commutes with max/min:

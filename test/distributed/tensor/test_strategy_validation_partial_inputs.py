@@ -222,7 +222,7 @@ class WrongRuleTest(TestCase):
                     )
                 )
 
-    def test_review_of_2026_11_27_wrong_rules(self):
+    def test_wrong_bitwise_min_max_and_clipping_rules(self):
         # Each accepted by an earlier revision of this PR (or on main, for the
         # clipping ops) and wrong: bitwise splits that were disjoint (a sum or xor
         # split too at 2 ranks), 4-bit bxor patterns, unsigned min/max built of the
@@ -347,13 +347,13 @@ class WrongRuleTest(TestCase):
                     self.assertTrue(self.judge(op, args, (ins, (out,)), world_size))
 
 
-class ReviewRev25bTest(TestCase):
-    """Wrong rules of the cold review rev25b, rejected at 2 and 3 ranks; the right
+class SharedFactorWrongRuleTest(TestCase):
+    """Wrong rules that earlier revisions of the validator accepted, rejected at 2 and 3 ranks; the right
     rules of the same samples stay accepted."""
 
     judge = WrongRuleTest.judge
 
-    def test_review_rev25b_wrong_rules(self):
+    def test_wrong_integer_rules_with_shared_factors(self):
         g = torch.Generator().manual_seed(3)
         # x and y share the prime 17 (factors 2 to 13 only missed it)
         a = torch.tensor(
@@ -430,13 +430,13 @@ class ReviewRev25bTest(TestCase):
                     self.assertIs(self.judge(op, args, rule, world_size), True)
 
 
-class ReviewRev25cTest(TestCase):
-    """Wrong rules of the cold review rev25c, rejected at 2 and 3 ranks; the right
+class ZeroAndSingleBitWrongRuleTest(TestCase):
+    """Wrong rules that earlier revisions of the validator accepted, rejected at 2 and 3 ranks; the right
     rules of the same samples stay accepted."""
 
     judge = WrongRuleTest.judge
 
-    def test_review_rev25c_wrong_rules(self):
+    def test_wrong_rules_with_zeros_and_single_bits(self):
         g = torch.Generator().manual_seed(6)
         # OpInfo's integer range, with zeros on elements of coordinate sum 0 and 1:
         # the integer sum split held them whole on rank 0 and put 0 on ranks 1..

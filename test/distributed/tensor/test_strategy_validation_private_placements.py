@@ -125,8 +125,8 @@ class PrivatePlacementsTest(StrategyValidatorTestBase):
         self.assertFalse(self.check(aten.view.default, (x, [16, 4]), wrong)[0])
 
 
-class NormPartialReviewTest(TestCase):
-    """Wrong _NormPartial rules of the cold review rev25b, rejected at 2 and 3 ranks;
+class NormPartialWrongRuleTest(TestCase):
+    """Wrong _NormPartial rules that earlier revisions accepted, rejected at 2 and 3 ranks;
     right ones on the same samples stay accepted."""
 
     def judge(self, op, args, rule, world_size):
@@ -144,7 +144,7 @@ class NormPartialReviewTest(TestCase):
         finally:
             dist.destroy_process_group()
 
-    def test_review_rev25b_norm_partial_rules(self):
+    def test_wrong_norm_partial_rules(self):
         g = torch.Generator().manual_seed(0)
         norms = torch.rand(12, generator=g) + 0.5
         with_inf = norms.clone()

@@ -3,6 +3,8 @@
 
 A rule the validator reports incorrect must be wrong, and a wrong rule must be reported."""
 
+from fractions import Fraction
+
 import torch
 import torch.distributed as dist
 import torch.distributed.tensor._ops.strategy_validation as sv
@@ -15,6 +17,13 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 aten = torch.ops.aten
 WORLD_SIZE = 2
+
+
+# A sum that takes its dtype positionally (aten's softmax.int, log_softmax.int and
+# to.dtype do too); named sum, so that the validator bounds its rounding as a sum's.
+@torch.library.custom_op("strategy_validation_test::sum", mutates_args=())
+def _sum_in(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.sum(x, dtype=dtype)
 
 
 class StrategyValidatorTestBase(TestCase):
@@ -132,10 +141,10 @@ def judge(op, args, rule, world_size, kwargs=None):
 
 
 class WrongRuleTest(TestCase):
-    """Wrong rules an earlier revision of this PR accepted (review of 2026-11-27),
+    """Wrong rules an earlier revision of this PR accepted,
     at 2 and 3 ranks; the right rules of the same samples stay accepted."""
 
-    def test_review_of_2026_11_27_wrong_rules(self):
+    def test_wrong_rules_on_large_integers_and_bfloat16(self):
         g = torch.Generator().manual_seed(0)
         big = torch.randint(10_000_000, 20_000_000, (4, 4), generator=g)
         small_int = torch.randint(1, 5, (4, 4), generator=g)
@@ -225,11 +234,11 @@ class WrongRuleTest(TestCase):
 
 
 class Float64RecheckTest(TestCase):
-    """Wrong rules whose error is below the rounding band of the per-rank values
-    (review rev25b), rejected by the float64 recheck at 2 and 3 ranks; the right
+    """Wrong rules whose error is below the rounding band of the per-rank values,
+    rejected by the float64 recheck at 2 and 3 ranks; the right
     rules of the same samples stay accepted."""
 
-    def test_review_rev25b_wrong_rules_below_the_band(self):
+    def test_wrong_rules_below_a_median_band(self):
         g = torch.Generator().manual_seed(0)
         # most elements 1e6, one 0.01: the offsets' floor widened the small one
         big = torch.full((4, 4), 1e6) + torch.randn(4, 4, generator=g)
@@ -280,7 +289,7 @@ class Float64RecheckTest(TestCase):
                         judge(op, args, (right_in, right_out), world_size), True
                     )
 
-    def test_review_rev25c_wrong_rules_below_the_band(self):
+    def test_wrong_rules_next_to_huge_elements(self):
         # Float32 elements of 1e15 (1e20) next to one of 0.01: the split's floor
         # (1/16 of the median) made that element's per-rank values about 6e13
         # (6e18), and 4 float64 ulps of them exceeded the wrong rule's error.
@@ -315,6 +324,99 @@ class Float64RecheckTest(TestCase):
                     right = ((P("sum"),), (P("sum"),))
                     self.assertIs(judge(op, (x,), wrong, world_size, kwargs), False)
                     self.assertIs(judge(op, (x,), right, world_size, kwargs), True)
+
+    def test_wrong_rules_of_cancelling_contractions(self):
+        # Rows of +-1e9..1e10 pairs that cancel to 1e-3: 4 float64 ulps of the
+        # contraction on the absolute per-rank values (about 5e11) exceeded the
+        # wrong rule's error (the Replicate bias added on every rank, 1e-4). The
+        # exact recheck has no such band.
+        def cancelling(n, big, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            x = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) * big
+            x[1::2] = -x[0::2]
+            x[0] += 1e-3
+            return x
+
+        f64 = torch.float64
+        cases = {
+            "addmm 1e9 K=256": (
+                aten.addmm.default,
+                (
+                    torch.full((2, 2), 1e-4, dtype=f64),
+                    cancelling(512, 1e9).reshape(2, 256),
+                    torch.ones(256, 2, dtype=f64),
+                ),
+            ),
+            "addmm 1e10 K=16": (
+                aten.addmm.default,
+                (
+                    torch.full((4, 3), 5e-5, dtype=f64),
+                    cancelling(64, 1e10).reshape(4, 16),
+                    torch.ones(16, 3, dtype=f64),
+                ),
+            ),
+            "baddbmm 1e10 K=64": (
+                aten.baddbmm.default,
+                (
+                    torch.full((1, 2, 2), 1e-4, dtype=f64),
+                    cancelling(128, 1e10).reshape(1, 2, 64),
+                    torch.ones(1, 64, 2, dtype=f64),
+                ),
+            ),
+        }
+        P, R = Partial, Replicate()
+        wrong = ((R, P("sum"), R), (P("sum"),))
+        right = ((P("sum"), P("sum"), R), (P("sum"),))
+        for world_size in (2, 3, 4):
+            for name, (op, args) in cases.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(judge(op, args, wrong, world_size), False)
+                    self.assertIs(judge(op, args, right, world_size), True)
+
+    def test_exact_contraction(self):
+        # The exact evaluation agrees with rational arithmetic, on pieces whose
+        # terms cancel, with alpha, beta and a P(avg) divisor.
+        g = torch.Generator().manual_seed(0)
+        f64 = torch.float64
+        pieces = [torch.randn(3, 8, generator=g, dtype=f64) * 1e12 for _ in range(2)]
+        pieces.append(-pieces[0] - pieces[1] + torch.rand(3, 8, generator=g, dtype=f64))
+        b = torch.randn(8, 2, generator=g, dtype=f64)
+        bias = torch.randn(2, generator=g, dtype=f64) * 1e-3
+        args = (
+            sv._Expansion([bias]),
+            sv._Expansion(pieces, 3),
+            sv._Expansion([b]),
+        )
+        kwargs = {"beta": 0.3, "alpha": -1.7}
+        hi, lo, bound = sv._exact_contraction(aten.addmm.default, args, kwargs)
+
+        def exact(i, j):
+            rows = [sum(Fraction(p[i, k].item()) for p in pieces) / 3 for k in range(8)]
+            product = sum(r * Fraction(b[k, j].item()) for k, r in enumerate(rows))
+            return Fraction(0.3) * Fraction(bias[j].item()) + Fraction(-1.7) * product
+
+        for i in range(3):
+            for j in range(2):
+                value = Fraction(hi[i, j].item()) + Fraction(lo[i, j].item())
+                self.assertLessEqual(abs(value - exact(i, j)), bound[i, j].item())
+                self.assertLess(bound[i, j].item(), 1e-12)
+
+    def test_positional_dtype_is_upcast(self):
+        # The recheck ran a positional dtype=torch.float32 in float32, and the
+        # multilinear band of the cancelling sum let a wrong P(sum) -> P(avg) pass.
+        g = torch.Generator().manual_seed(0)
+        v = torch.randn(64, generator=g, dtype=torch.float64) * 3
+        v -= v.mean()
+        v[0] += 2e-4
+        args = (v.float(), torch.float32)
+        op = torch.ops.strategy_validation_test.sum.default
+        P = Partial
+        for world_size in (2, 3):
+            with self.subTest(world_size=world_size):
+                wrong = ((P("sum"),), (P("avg"),))
+                right = ((P("sum"),), (P("sum"),))
+                self.assertIs(judge(op, args, wrong, world_size), False)
+                self.assertIs(judge(op, args, right, world_size), True)
 
     def test_contractions_within_rounding(self):
         # Right rules whose per-rank values cancel: accepted in both checks.

@@ -1,0 +1,179 @@
+# Owner(s): ["oncall: distributed"]
+"""Sharding propagation of a single-dim rule leaves out, on each mesh dim, the rules
+that need at an input a product or bitwise Partial the input does not carry there: no
+redistribution produces such a Partial, so the strategies that use them cost infinity
+and the minimum-cost selection picks the same strategy without them."""
+
+import itertools
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+import torch.distributed.tensor._sharding_prop as sharding_prop
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._op_schema import (
+    OpSchema,
+    OpSpec,
+    OpStrategy,
+    RuntimeSchemaInfo,
+)
+from torch.distributed.tensor._ops.single_dim_strategy import (
+    _expand_single_dim_strategy_to_mesh,
+)
+from torch.distributed.tensor._sharding_prop import _select_min_cost_strategy
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache, CommDebugMode
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+aten = torch.ops.aten
+
+
+def _all_rules(*args, **kwargs):
+    kwargs["leave_out_unreachable_partials"] = False
+    return _expand_single_dim_strategy_to_mesh(*args, **kwargs)
+
+
+OPS = {
+    "clone": (1, lambda x: x.clone()),
+    "t": (1, lambda x: x.t()),
+    "select": (1, lambda x: x[:, 1]),
+    "slice": (1, lambda x: x[:, 2:]),
+    "split": (1, lambda x: x.split(4, 1)),
+    "cat": (2, lambda x, y: torch.cat([x, y], 1)),
+    "new_zeros": (1, lambda x: x.new_zeros((8, 8))),
+    "zero_": (1, lambda x: x.zero_()),
+    "copy_": (2, lambda x, y: x.copy_(y)),
+    "add": (2, lambda x, y: x + y),
+}
+PLACEMENTS = [Replicate(), Shard(0), Shard(1), Partial("product"), Partial("bxor")]
+
+
+class TestUnreachablePartialRules(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+        self.mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
+
+    def tearDown(self):
+        dist.destroy_process_group()
+        super().tearDown()
+
+    def _dtensor(self, mesh, placements, dtype):
+        shape = [8, 8]
+        for mesh_dim, p in enumerate(placements):
+            if isinstance(p, Shard):
+                shape[p.dim] //= mesh.size(mesh_dim)
+        return DTensor.from_local(
+            (torch.arange(64).reshape(8, 8)[: shape[0], : shape[1]] + 1).to(dtype),
+            mesh,
+            placements,
+            run_check=False,
+            shape=torch.Size((8, 8)),
+            stride=(8, 1),
+        )
+
+    def _run(self, fn, mesh, input_placements, dtype):
+        _clear_sharding_prop_cache()
+        xs = [self._dtensor(mesh, p, dtype) for p in input_placements]
+        try:
+            with CommDebugMode() as comm_mode:
+                out = fn(*xs)
+        except Exception as e:
+            return type(e).__name__, str(e)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return (
+            [(o.placements, o.shape, o.stride(), o.to_local()) for o in outs],
+            comm_mode.get_comm_counts(),
+        )
+
+    def test_fewer_strategies_and_the_same_selection(self):
+        # x[:, 1] of [S(1), R, P(product)]: Shard(1) cannot stay, the product
+        # rule can only serve the last mesh dim
+        t = torch.empty(8, 8)
+        meta = TensorMeta(t.shape, t.stride(), t.dtype)
+        out = torch.empty(8)
+        out_meta = TensorMeta(out.shape, out.stride(), out.dtype)
+        placements = (Shard(1), Replicate(), Partial("product"))
+        spec = DTensorSpec(self.mesh, placements, meta)
+        info = RuntimeSchemaInfo(1)
+        strategy_schema = OpSchema(
+            aten.select.int, (OpStrategy([OpSpec(spec)]), 1, 1), {}, info
+        )
+        op_schema = OpSchema(aten.select.int, (spec, 1, 1), {}, info)
+        rules = DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
+            aten.select.int
+        ]
+        strategies = {}
+        for leave_out in (False, True):
+            expanded = _expand_single_dim_strategy_to_mesh(
+                self.mesh,
+                strategy_schema,
+                rules,
+                out_meta,
+                leave_out_unreachable_partials=leave_out,
+            )
+            strategies[leave_out] = expanded(
+                aten.select.int, strategy_schema.args_meta, {}
+            )
+        self.assertLess(
+            len(strategies[True].strategies), len(strategies[False].strategies)
+        )
+        left_out = [
+            s
+            for s in strategies[False].strategies
+            if s not in strategies[True].strategies
+        ]
+        for s in left_out:
+            self.assertEqual(
+                sum(c for costs in s.redistribute_cost for c in costs), float("inf")
+            )
+        chosen = [
+            _select_min_cost_strategy(strategies[k], op_schema) for k in (False, True)
+        ]
+        self.assertEqual(chosen[0].output_spec, chosen[1].output_spec)
+        self.assertEqual(chosen[0].input_specs, chosen[1].input_specs)
+        self.assertEqual(chosen[0].redistribute_cost, chosen[1].redistribute_cost)
+
+    def test_in_place_ops_keep_the_full_expansion(self):
+        # copy_ into a product/bxor Partial from a source that cannot become it:
+        # the same error as with every rule
+        S, R = Shard(0), Replicate()
+        for dst, src in [
+            ([Partial("bxor"), S, S], [S, S, S]),
+            ([S, Partial("product"), Partial("product")], [Shard(1), R, R]),
+        ]:
+            left_out = self._run(
+                lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
+            )
+            with mock.patch.object(
+                sharding_prop, "_expand_single_dim_strategy_to_mesh", _all_rules
+            ):
+                every_rule = self._run(
+                    lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
+                )
+            self.assertEqual(left_out, every_rule, msg=f"{dst} <- {src}")
+
+    def test_same_placements_values_and_collectives_as_every_rule(self):
+        for (name, (n_inputs, fn)), mesh in itertools.product(
+            OPS.items(), [self.mesh, self.mesh["b", "c"]]
+        ):
+            dtype = torch.int64
+            for combo in list(itertools.product(PLACEMENTS, repeat=mesh.ndim))[::2]:
+                if len({p for p in combo if isinstance(p, Partial)}) > 1:
+                    continue
+                if not any(isinstance(p, Partial) for p in combo):
+                    continue
+                inputs = [list(combo)] * n_inputs
+                left_out = self._run(fn, mesh, inputs, dtype)
+                with mock.patch.object(
+                    sharding_prop, "_expand_single_dim_strategy_to_mesh", _all_rules
+                ):
+                    every_rule = self._run(fn, mesh, inputs, dtype)
+                self.assertEqual(left_out, every_rule, msg=f"{name} {inputs}")
+
+
+if __name__ == "__main__":
+    run_tests()
