@@ -57,6 +57,7 @@ from test_schedule_ddp_metadata import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
+    _Action,
     _PipelineScheduleRuntime,
     ScheduleDualPipeV,
     ScheduleInterleaved1F1B,
@@ -135,6 +136,38 @@ class FlexBlock(Block):
         if self.use_extra:
             x = x + self.extra
         return super().forward(x)
+
+
+class InputGradBlock(Block):
+    """Block with a parameter ``v`` used only when the input requires grad: by
+    every stage but stage 0 (a received activation requires grad, the data does
+    not), or, with ``stage_0_only``, only by stage 0."""
+
+    def __init__(self, stage_0_only: bool = False):
+        super().__init__()
+        self.v = torch.nn.Parameter(torch.randn(DIM, DIM, dtype=torch.float64) * 0.3)
+        self.stage_0_only = stage_0_only
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out + x @ self.v if x.requires_grad != self.stage_0_only else out
+
+
+def _order(actions):
+    return [_Action.from_str(a) for a in actions.split()]
+
+
+# Compute-only orders of two stages on one rank (pp = 1), 4 micro-batches.
+_FORWARDS = "0F0 1F0 0F1 1F1 0F2 1F2 0F3 1F3 "
+_INPUTS = "1I0 0I0 1I1 0I1 1I2 0I2 1I3 0I3 "
+ORDERS = {
+    # stage 1's last W comes after stage 0's last W (no built-in schedule does)
+    "w1_last": _order(_FORWARDS + _INPUTS + "0W0 0W1 0W2 0W3 1W0 1W1 1W2 1W3"),
+    # stage 0's last W comes last (as in every built-in schedule)
+    "w0_last": _order(_FORWARDS + _INPUTS + "1W0 1W1 1W2 1W3 0W0 0W1 0W2 0W3"),
+    # fused backwards only
+    "fused": _order(_FORWARDS + "1B0 0B0 1B1 0B1 1B2 0B2 1B3 0B3"),
+}
 
 
 def build(n_stages, with_unused=False, extra_stage=None, shared=None):
@@ -580,6 +613,134 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                         p.grad, ref_p.grad, msg=f"{case}, step {step}, {i}.{name}"
                     )
                     p.grad = None
+
+    def _shared_steps(self, groups, block, schedules, plan, **ddp_kwargs):
+        """Stages 0 and 1 (pp = 1) share one DDP module. ``schedules``: name ->
+        schedule class, or an ``ORDERS`` name for a _PipelineScheduleRuntime
+        running that order, all over the same stages. ``plan``: one (schedule
+        name, order name or None) per step; an order name loads that order into
+        the runtime before the step. A step whose order a refusal names is
+        given as (schedule name, order name, error pattern), and ends the case."""
+        dp_group, pp_group = groups
+        torch.manual_seed(0)
+        module = block()
+        calls = []
+        ddp = recording_ddp(module, dp_group, calls, (), **ddp_kwargs)
+        stages = [
+            PipelineStage(ddp, i, 2, torch.device("cpu"), group=pp_group)
+            for i in range(2)
+        ]
+        built = {}
+        for name, kind in schedules.items():
+            if isinstance(kind, str):
+                built[name] = _PipelineScheduleRuntime(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
+                built[name]._prepare_schedule_with_comms({0: ORDERS[kind]})
+            else:
+                built[name] = kind(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
+        for step, (name, order, *refusal) in enumerate(plan):
+            if order is not None:
+                built[name]._prepare_schedule_with_comms({0: ORDERS[order]})
+            calls.clear()
+            x, y = data(step, self.rank)
+            msg = f"step {step} ({name}, order {order})"
+            if refusal:
+                with self.assertRaisesRegex(RuntimeError, refusal[0]):
+                    built[name].step(x, target=y)
+                self.assertEqual(calls, [], msg=msg)
+                return
+            built[name].step(x, target=y)
+            torch.manual_seed(0)
+            ref = block()
+            reference_grads([ref, ref], step, DP)
+            for (pname, p), r in zip(
+                module.named_parameters(), ref.parameters(), strict=True
+            ):
+                torch.testing.assert_close(p.grad, r.grad, msg=f"{msg} {pname}")
+                p.grad = None
+            assert_each_bucket_once(self, calls, module, msg)
+
+    def test_ddp_shared_module_order_and_partial_use(self):
+        # Two stages on the rank share one DDP module; the stage whose last
+        # backward comes last in the executed order reduces it, decided at every
+        # step; a parameter that only some sharing stages use is reduced too.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+        izb, w1 = ScheduleInterleavedZeroBubble, "w1_last"
+        cases = {
+            # Two schedules over the same stages whose orders end with different
+            # stages (IZB: stage 0; the runtime order: stage 1), alternated.
+            "alternate": (
+                Block,
+                {"a": izb, "b": w1},
+                [("a", None), ("b", None), ("a", None)],
+                {},
+            ),
+            # Another order loaded into the same runtime schedule after a step.
+            "reload_w0_w1": (
+                Block,
+                {"a": "w0_last"},
+                [("a", None), ("a", "w1_last"), ("a", None)],
+                {},
+            ),
+            "reload_w1_w0": (Block, {"a": w1}, [("a", None), ("a", "w0_last")], {}),
+            # A reloaded order is checked again: its reducing stage 1 ends with
+            # a split W, where find_unused_parameters is refused.
+            "reload_refused": (
+                Block,
+                {"a": "fused"},
+                [
+                    ("a", None),
+                    ("a", "w1_last", r"stages \[1\] .*find_unused_parameters=True"),
+                ],
+                {"find_unused_parameters": True},
+            ),
+            # ``v`` used by stage 1 only: the reducing stage 0's backward (fused,
+            # or stage 0's W, which runs the whole backward) does not reach it.
+            "input_grad_I1F1B": (
+                InputGradBlock,
+                {"a": ScheduleInterleaved1F1B},
+                [("a", None)] * 2,
+                {},
+            ),
+            "input_grad_ZBV": (
+                InputGradBlock,
+                {"a": ScheduleZBVZeroBubble},
+                [("a", None)] * 2,
+                {},
+            ),
+            "input_grad_IZB": (InputGradBlock, {"a": izb}, [("a", None)] * 2, {}),
+            # ``v`` used by stage 0 only; stage 1's split W reduces.
+            "stage_0_only_w1_last": (
+                lambda: InputGradBlock(stage_0_only=True),
+                {"a": w1},
+                [("a", None)] * 2,
+                {},
+            ),
+            # find_unused_parameters: the reducing stage 0's backward is fused,
+            # stage 1's split W only accumulates.
+            "find_unused_ZBV": (
+                InputGradBlock,
+                {"a": ScheduleZBVZeroBubble},
+                [("a", None)] * 2,
+                {"find_unused_parameters": True},
+            ),
+            "find_unused_IZB": (
+                InputGradBlock,
+                {"a": izb},
+                [("a", None)] * 2,
+                {"find_unused_parameters": True},
+            ),
+        }
+        for case, (block, schedules, plan, ddp_kwargs) in cases.items():
+            with self.subTest(case=case):
+                self._shared_steps(groups, block, schedules, plan, **ddp_kwargs)
+            dist.barrier()
+        dist.destroy_process_group()
 
     def test_ddp_stage_usage(self):
         self.init_gloo()
