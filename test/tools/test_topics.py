@@ -63,7 +63,7 @@ class TopicsTest(TestCase):
         clone = rows["[autograd] clone_obey_contract: a single"]
         self.assertEqual(clone["topic"], "autograd")
         self.assertTrue(clone["upstream"].startswith("carried only: #180511"))
-        self.assertEqual(rows["[dynamo] Guard that a module attribute f"]["upstream"], "submit")
+        self.assertEqual(rows["[dynamo] Guard that an attribute found t"]["upstream"], "submit")
         (self.repo / TOPICS_FILE).unlink()  # inconsistent topics: no rows (check says why)
         self.assertEqual(patch_rows(self.repo, set()), [])
 
