@@ -16,7 +16,10 @@ an accelerator is available (DDP casts parameters on an accelerator stream).
 The same checks run for DDP's Python reducer (values only), for two stages on
 the rank that share one DDP module (reduced once, in the later of their last
 backwards), and the refusals also for a _PipelineScheduleRuntime that loads the
-schedule's compute+comms CSV.
+schedule's compute+comms CSV. test_ddp_shared_module_zero_gradient_pass covers a
+parameter of a shared module that the reducing backward does not reach (marked
+ready with a zero gradient): a sparse embedding stays sparse and right, and the
+parameter's own hooks are called once more (pinned).
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -151,6 +154,21 @@ class InputGradBlock(Block):
     def forward(self, x):
         out = super().forward(x)
         return out + x @ self.v if x.requires_grad != self.stage_0_only else out
+
+
+class SparseEmbeddingBlock(Block):
+    """Block with an ``nn.Embedding(sparse=True)`` (DDP expects its sparse
+    gradient) used only when the input requires grad: by stage 1, not stage 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(6, DIM, sparse=True, dtype=torch.float64)
+
+    def forward(self, x):
+        out = super().forward(x)
+        if not x.requires_grad:
+            return out
+        return out + self.emb(torch.tensor([1, 3])).sum(0) * x
 
 
 def _order(actions):
@@ -614,16 +632,34 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                     )
                     p.grad = None
 
-    def _shared_steps(self, groups, block, schedules, plan, **ddp_kwargs):
+    def _shared_steps(
+        self, groups, block, schedules, plan, on_module=None, **ddp_kwargs
+    ):
         """Stages 0 and 1 (pp = 1) share one DDP module. ``schedules``: name ->
         schedule class, or an ``ORDERS`` name for a _PipelineScheduleRuntime
         running that order, all over the same stages. ``plan``: one (schedule
         name, order name or None) per step; an order name loads that order into
         the runtime before the step. A step whose order a refusal names is
-        given as (schedule name, order name, error pattern), and ends the case."""
+        given as (schedule name, order name, error pattern), and ends the case.
+        ``on_module(module)``, if given, returns a function called with the step
+        after each step. After every step, the parameters carry no hook the
+        schedule registered (the parameter use is recorded during a step)."""
         dp_group, pp_group = groups
         torch.manual_seed(0)
         module = block()
+        after_step = on_module(module) if on_module is not None else None
+        own_hooks = {
+            name: len(p._post_accumulate_grad_hooks or {})
+            for name, p in module.named_parameters()
+        }
+
+        def assert_no_schedule_hooks(msg):
+            hooks = {
+                name: len(p._post_accumulate_grad_hooks or {})
+                for name, p in module.named_parameters()
+            }
+            self.assertEqual(hooks, own_hooks, msg=f"{msg}: hooks left")
+
         calls = []
         ddp = recording_ddp(module, dp_group, calls, (), **ddp_kwargs)
         stages = [
@@ -651,15 +687,23 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                 with self.assertRaisesRegex(RuntimeError, refusal[0]):
                     built[name].step(x, target=y)
                 self.assertEqual(calls, [], msg=msg)
+                assert_no_schedule_hooks(msg)
                 return
             built[name].step(x, target=y)
+            assert_no_schedule_hooks(msg)
+            if after_step is not None:
+                after_step(step)
             torch.manual_seed(0)
             ref = block()
             reference_grads([ref, ref], step, DP)
             for (pname, p), r in zip(
                 module.named_parameters(), ref.parameters(), strict=True
             ):
-                torch.testing.assert_close(p.grad, r.grad, msg=f"{msg} {pname}")
+                # A sparse gradient stays sparse (its indices may differ).
+                self.assertEqual(p.grad.layout, r.grad.layout, msg=f"{msg} {pname}")
+                torch.testing.assert_close(
+                    p.grad.to_dense(), r.grad.to_dense(), msg=f"{msg} {pname}"
+                )
                 p.grad = None
             assert_each_bucket_once(self, calls, module, msg)
 
@@ -698,6 +742,14 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                     ("a", "w1_last", r"stages \[1\] .*find_unused_parameters=True"),
                 ],
                 {"find_unused_parameters": True},
+            ),
+            # Refused at the step's start (static_graph under a split schedule):
+            # the parameter use recorded for the step stops with it.
+            "refused_static_graph": (
+                Block,
+                {"a": ScheduleZBVZeroBubble},
+                [("a", None, "static_graph=True")],
+                {"static_graph": True},
             ),
             # ``v`` used by stage 1 only: the reducing stage 0's backward (fused,
             # or stage 0's W, which runs the whole backward) does not reach it.
@@ -739,6 +791,72 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
         for case, (block, schedules, plan, ddp_kwargs) in cases.items():
             with self.subTest(case=case):
                 self._shared_steps(groups, block, schedules, plan, **ddp_kwargs)
+            dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_shared_module_zero_gradient_pass(self):
+        # Two stages on the rank share one DDP module and a parameter is used
+        # only by stage 1, while stage 0's backward (fused, or its W, which runs
+        # the whole backward) reduces: that parameter is marked ready after it
+        # with a zero gradient through its AccumulateGrad node.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+
+        def count_hook_calls(module):
+            # The pass runs the parameter's own hooks once more, with a zero
+            # gradient (DDP marks a parameter ready only from its
+            # AccumulateGrad node's hook, which no public API reaches without
+            # them); the other parameters' hooks run once per use.
+            calls = {name: [] for name, _ in module.named_parameters()}
+            accumulated = {name: 0 for name, _ in module.named_parameters()}
+            for name, p in module.named_parameters():
+                p.register_hook(lambda g, name=name: calls[name].append(bool(g.any())))
+                p.register_post_accumulate_grad_hook(
+                    lambda p, name=name: accumulated.__setitem__(
+                        name, accumulated[name] + 1
+                    )
+                )
+
+            def check(step):
+                uses = {"w": 2 * N_MICROBATCHES, "b": 2 * N_MICROBATCHES}
+                uses["v"] = N_MICROBATCHES  # stage 1 only
+                expected = {
+                    name: [True] * n + ([False] if name == "v" else [])
+                    for name, n in uses.items()
+                }
+                msg = f"step {step}"
+                self.assertEqual(calls, expected, msg=msg)
+                self.assertEqual(
+                    accumulated,
+                    {name: len(c) for name, c in expected.items()},
+                    msg=msg,
+                )
+                for name in calls:
+                    calls[name].clear()
+                    accumulated[name] = 0
+
+            return check
+
+        cases = {
+            # nn.Embedding(sparse=True) used by stage 1 only: the zero has the
+            # layout of the sparse .grad, which DDP expects (a dense zero made
+            # it dense: "Expected variable to have sparse gradient").
+            "sparse_I1F1B": (SparseEmbeddingBlock, ScheduleInterleaved1F1B, None),
+            "sparse_ZBV": (SparseEmbeddingBlock, ScheduleZBVZeroBubble, None),
+            # The parameter's hooks: one call more, with a zero gradient.
+            "hooks_I1F1B": (InputGradBlock, ScheduleInterleaved1F1B, count_hook_calls),
+            "hooks_ZBV": (InputGradBlock, ScheduleZBVZeroBubble, count_hook_calls),
+        }
+        for case, (block, schedule_cls, on_module) in cases.items():
+            with self.subTest(case=case):
+                self._shared_steps(
+                    groups,
+                    block,
+                    {"a": schedule_cls},
+                    [("a", None)] * N_STEPS,
+                    on_module=on_module,
+                )
             dist.barrier()
         dist.destroy_process_group()
 
