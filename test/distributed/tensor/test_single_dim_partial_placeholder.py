@@ -44,27 +44,42 @@ WITHOUT = _view_like_rules([])
 WITH_PRODUCT = _view_like_rules([Partial("product")])
 
 
-class TestPartialPlaceholder(TestCase):
+class FakeMeshMixin:
+    """For the single-process tests of single-dim rules in this directory (they
+    import it from here): rank 0 of 8 on the fake process group, ``self.mesh``
+    a (2, 2, 2) mesh with dims "a", "b", "c"."""
+
     def setUp(self):
         super().setUp()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2))
+        self.mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
 
     def tearDown(self):
         dist.destroy_process_group()
         super().tearDown()
 
-    def _expand(self, mesh, placements, rules):
+    def expand_rules(
+        self, placements, rules, mesh=None, op=aten.clone.default, **kwargs
+    ):
+        """The spec of an (8, 8) input with ``placements`` and the strategies of
+        a one-input op (clone by default) for it, expanded from ``rules`` (a
+        _SingleDimStrategyInfo; keyword arguments go to the expansion)."""
+        mesh = self.mesh if mesh is None else mesh
         t = torch.empty(8, 8)
         meta = TensorMeta(t.shape, t.stride(), t.dtype)
         spec = DTensorSpec(mesh, tuple(placements), meta)
-        op_schema = OpSchema(aten.clone.default, (OpStrategy([OpSpec(spec)]),), {})
+        op_schema = OpSchema(op, (OpStrategy([OpSpec(spec)]),), {})
         expanded = _expand_single_dim_strategy_to_mesh(
-            mesh, op_schema, _SingleDimStrategyInfo(rules), meta
+            mesh, op_schema, rules, meta, **kwargs
         )
-        strategy = expanded(aten.clone.default, op_schema.args_meta, {})
+        strategy = expanded(op, op_schema.args_meta, {})
         self.assertIsInstance(strategy, OpStrategy)
         return spec, strategy
+
+
+class TestPartialPlaceholder(FakeMeshMixin, TestCase):
+    def _expand(self, mesh, placements, rules):
+        return self.expand_rules(placements, _SingleDimStrategyInfo(rules), mesh)
 
     def _placements(self, strategy):
         return [
