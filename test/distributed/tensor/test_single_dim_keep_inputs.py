@@ -72,6 +72,12 @@ PLACEMENTS = [
 ]
 
 
+def _clone_rules():
+    return DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
+        aten.clone.default
+    ]
+
+
 def _full_expansion_only(*args, **kwargs):
     kwargs["inputs_as_they_are_if_matched"] = False
     return _expand_single_dim_strategy_to_mesh(*args, **kwargs)
@@ -129,15 +135,16 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
         )
         return strategy.strategies
 
+    def _assert_full_expansion_taken(self, placements, rules, count):
+        full = self._expand(placements, rules, keep_inputs=False)
+        kept = self._expand(placements, rules, keep_inputs=True)
+        self.assertEqual(len(full), count)
+        self.assertEqual(kept, full)
+
     def test_one_strategy_when_the_inputs_match(self):
-        clone_rules = (
-            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
-                aten.clone.default
-            ]
-        )
         placements = (Shard(0), Replicate(), Partial())
-        full = self._expand(placements, clone_rules, keep_inputs=False)
-        (kept,) = self._expand(placements, clone_rules, keep_inputs=True)
+        full = self._expand(placements, _clone_rules(), keep_inputs=False)
+        (kept,) = self._expand(placements, _clone_rules(), keep_inputs=True)
         self.assertEqual(len(full), 199)
         self.assertEqual(kept.input_specs[0].placements, placements)
         self.assertEqual(kept.output_spec.placements, placements)
@@ -155,10 +162,7 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
             ]
         )
         placements = (Shard(0), Replicate(), Partial())
-        full = self._expand(placements, rules, keep_inputs=False)
-        kept = self._expand(placements, rules, keep_inputs=True)
-        self.assertEqual(len(full), 27)
-        self.assertEqual(kept, full)
+        self._assert_full_expansion_taken(placements, rules, 27)
 
     def test_full_expansion_when_rules_give_one_input_two_outputs(self):
         # Shard(0) -> Partial() or Shard(0): the full expansion's selection
@@ -201,23 +205,15 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
     def test_a_filtered_combination_takes_the_full_expansion(self):
         # the op's filter drops the combination that keeps the input: the
         # shortcut gets an empty expansion and leaves the pick to the full one
-        clone_rules = (
-            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
-                aten.clone.default
-            ]
-        )
         placements = (Shard(0), Replicate(), Partial())
 
         def drop_the_inputs_as_they_are(mesh, op_schema, input_specs, output_specs):
             return input_specs[0].placements != placements
 
         rules = dataclasses.replace(
-            clone_rules, full_mesh_strategy_filter=drop_the_inputs_as_they_are
+            _clone_rules(), full_mesh_strategy_filter=drop_the_inputs_as_they_are
         )
-        full = self._expand(placements, rules, keep_inputs=False)
-        kept = self._expand(placements, rules, keep_inputs=True)
-        self.assertEqual(len(full), 198)
-        self.assertEqual(kept, full)
+        self._assert_full_expansion_taken(placements, rules, 198)
 
     def test_an_in_place_op_whose_rule_changes_self_raises_as_before(self):
         # the rule that takes self gives another output: the in-place filter
@@ -237,11 +233,6 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
     def test_an_error_of_the_matched_combination_is_not_caught(self):
         # an error in a rule's filter (or cost) is raised from the matched
         # combination, not hidden by running the full expansion after it
-        clone_rules = (
-            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
-                aten.clone.default
-            ]
-        )
         calls = []
 
         def broken_filter(mesh, op_schema, input_specs, output_specs):
@@ -249,7 +240,7 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
             raise RuntimeError("broken filter")
 
         rules = dataclasses.replace(
-            clone_rules, full_mesh_strategy_filter=broken_filter
+            _clone_rules(), full_mesh_strategy_filter=broken_filter
         )
         placements = (Shard(0), Replicate(), Partial())
         with self.assertRaisesRegex(RuntimeError, "broken filter"):

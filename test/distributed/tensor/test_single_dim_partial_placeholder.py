@@ -2,6 +2,8 @@
 """_PartialPlaceholder in single-dim rules: a rule that needs a Partial is expanded only for
 inputs that carry it, so other inputs see exactly the rules written with Partial."""
 
+from unittest import mock
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -120,40 +122,36 @@ class TestPartialPlaceholder(FakeMeshMixin, TestCase):
         self.assertEqual(matched[0].output_spec.placements, spec.placements)
         self.assertEqual(matched[0].redistribute_cost, [[0.0]])
 
+    def _clone_rule_with_placeholders(self):
+        return mock.patch.dict(
+            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs,
+            {aten.clone.default: _SingleDimStrategyInfo(WITH_PLACEHOLDERS)},
+        )
+
     def test_kept_out_of_a_dtensor_op_without_the_partial(self):
         # end to end: an op whose rule holds a placeholder runs as before
-        propagator = DTensor._op_dispatcher.sharding_propagator
-        original = propagator.op_single_dim_strategy_funcs[aten.clone.default]
         try:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = (
-                _SingleDimStrategyInfo(WITH_PLACEHOLDERS)
-            )
-            _clear_sharding_prop_cache()
-            for placement in [Partial("product"), Partial(), Shard(0)]:
-                x = DTensor.from_local(
-                    torch.ones(8, 8), self.mesh, [Replicate(), Replicate(), placement]
-                )
-                with CommDebugMode() as comm_mode:
-                    y = x.clone()
-                self.assertEqual(comm_mode.get_total_counts(), 0)
-                self.assertEqual(y.placements, x.placements)
-                self.assertEqual(y.to_local(), x.to_local())
+            with self._clone_rule_with_placeholders():
+                _clear_sharding_prop_cache()
+                for placement in [Partial("product"), Partial(), Shard(0)]:
+                    x = DTensor.from_local(
+                        torch.ones(8, 8),
+                        self.mesh,
+                        [Replicate(), Replicate(), placement],
+                    )
+                    with CommDebugMode() as comm_mode:
+                        y = x.clone()
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(y.placements, x.placements)
+                    self.assertEqual(y.to_local(), x.to_local())
         finally:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = original
             _clear_sharding_prop_cache()
 
     def test_validator_query_sees_the_partial(self):
-        propagator = DTensor._op_dispatcher.sharding_propagator
-        original = propagator.op_single_dim_strategy_funcs[aten.clone.default]
-        try:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = (
-                _SingleDimStrategyInfo(WITH_PLACEHOLDERS)
-            )
+        with self._clone_rule_with_placeholders():
             rules = query_single_dim_strategy(
                 aten.clone.default, (torch.ones(4, 4),), {}
             )
-        finally:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = original
         self.assertIn([Partial("product"), Partial("product")], rules)
         self.assertIn([Partial("bxor"), Partial("bxor")], rules)
 

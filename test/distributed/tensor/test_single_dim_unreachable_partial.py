@@ -26,6 +26,7 @@ from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch.testing._internal.common_utils import run_tests, TestCase
 
 from test_single_dim_keep_inputs import (  # the test file of the keep-inputs PR
+    OPS as KEEP_INPUTS_OPS,
     RunOpMixin,
 )
 
@@ -39,16 +40,19 @@ def _all_rules(*args, **kwargs):
 
 
 OPS = {
-    "clone": (1, lambda x: x.clone()),
-    "t": (1, lambda x: x.t()),
-    "select": (1, lambda x: x[:, 1]),
-    "slice": (1, lambda x: x[:, 2:]),
-    "split": (1, lambda x: x.split(4, 1)),
-    "cat": (2, lambda x, y: torch.cat([x, y], 1)),
-    "new_zeros": (1, lambda x: x.new_zeros((8, 8))),
-    "zero_": (1, lambda x: x.zero_()),
-    "copy_": (2, lambda x, y: x.copy_(y)),
-    "add": (2, lambda x, y: x + y),
+    name: KEEP_INPUTS_OPS[name]
+    for name in (
+        "clone",
+        "t",
+        "select",
+        "slice",
+        "split",
+        "cat",
+        "new_zeros",
+        "zero_",
+        "copy_",
+        "add",
+    )
 }
 PLACEMENTS = [Replicate(), Shard(0), Shard(1), Partial("product"), Partial("bxor")]
 
