@@ -6,9 +6,7 @@ mix them, and building their specs was most of the expansion's cost."""
 from unittest import mock
 
 import torch
-import torch.distributed as dist
 import torch.distributed.tensor._ops.utils as ops_utils
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
@@ -16,22 +14,16 @@ from torch.distributed.tensor._ops.single_dim_strategy import (
     _expand_single_dim_strategy_to_mesh,
 )
 from torch.testing._internal.common_utils import run_tests, TestCase
-from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from test_single_dim_partial_placeholder import (  # the test file of the placeholder PR
+    FakeMeshMixin,
+)
 
 
 aten = torch.ops.aten
 
 
-class TestMixedPartialSpecs(TestCase):
-    def setUp(self):
-        super().setUp()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2))
-
-    def tearDown(self):
-        dist.destroy_process_group()
-        super().tearDown()
-
+class TestMixedPartialSpecs(FakeMeshMixin, TestCase):
     def test_no_specs_built_for_mixed_partial_combinations(self):
         built = [0]
 

@@ -10,7 +10,6 @@ all-reduces in each case).
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import (
@@ -31,7 +30,10 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
     LocalDTensorContinuousTestBase,
     map_local_for_rank,
 )
-from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from test_single_dim_partial_placeholder import (  # the test file of the placeholder PR
+    FakeMeshMixin,
+)
 
 
 aten = torch.ops.aten
@@ -384,19 +386,10 @@ DistPartialProductTestWithLocalTensor = create_local_tensor_test_class(
 )
 
 
-class PartialProductStrategyExpansionTest(TestCase):
+class PartialProductStrategyExpansionTest(FakeMeshMixin, TestCase):
     """The product and bitwise rules are expanded only for inputs that carry such a
     Partial: other inputs get the strategies of the sum/avg/min/max rules alone (the
     counts below), which the expansion over a 3-D mesh multiplies."""
-
-    def setUp(self):
-        super().setUp()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2))
-
-    def tearDown(self):
-        dist.destroy_process_group()
-        super().tearDown()
 
     def _count(self, op, placements, args, output_shape, list_input=False):
         t = torch.empty(8, 8)

@@ -4,17 +4,14 @@ as it is, without expanding every combination of rules over the mesh dims, when 
 inputs match a rule on every mesh dim: the minimum-cost selection picks that strategy
 from the full expansion anyway."""
 
+import dataclasses
 import itertools
 from unittest import mock
 
 import torch
-import torch.distributed as dist
 import torch.distributed.tensor._ops.single_dim_strategy as single_dim_strategy
 import torch.distributed.tensor._sharding_prop as sharding_prop
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
 from torch.distributed.tensor._ops.single_dim_strategy import (
     _expand_single_dim_strategy_to_mesh,
     _ShardingPlaceholder,
@@ -22,7 +19,10 @@ from torch.distributed.tensor._ops.single_dim_strategy import (
 )
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache, CommDebugMode
 from torch.testing._internal.common_utils import run_tests, TestCase
-from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from test_single_dim_partial_placeholder import (  # the test file of the placeholder PR
+    FakeMeshMixin,
+)
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -72,39 +72,47 @@ PLACEMENTS = [
 ]
 
 
+def _clone_rules():
+    return DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
+        aten.clone.default
+    ]
+
+
 def _full_expansion_only(*args, **kwargs):
     kwargs["inputs_as_they_are_if_matched"] = False
     return _expand_single_dim_strategy_to_mesh(*args, **kwargs)
 
 
-class TestKeepInputsIfMatched(TestCase):
-    def setUp(self):
-        super().setUp()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
+class RunOpMixin(FakeMeshMixin):
+    """FakeMeshMixin with DTensor inputs and the outcome of an op on them, for
+    the tests that compare sharding propagation with and without a shortcut
+    (the test file of the unreachable-Partial PR imports it from here)."""
 
-    def tearDown(self):
-        dist.destroy_process_group()
-        super().tearDown()
-
-    def _dtensor(self, mesh, placements):
-        shape = [8, 8]
+    def make_dtensor(self, mesh, placements, dtype=torch.float32, full=None):
+        """Rank 0's shard of ``full`` (an (8, 8) arange + 1 by default)."""
+        if full is None:
+            full = torch.arange(64).reshape(8, 8) + 1
+        local = full
         for mesh_dim, p in enumerate(placements):
             if isinstance(p, Shard):
-                shape[p.dim] //= mesh.size(mesh_dim)
+                local = local.tensor_split(mesh.size(mesh_dim), p.dim)[0]
         return DTensor.from_local(
-            torch.arange(64.0).reshape(8, 8)[: shape[0], : shape[1]] + 1,
+            local.to(dtype),
             mesh,
             placements,
             run_check=False,
-            shape=torch.Size((8, 8)),
-            stride=(8, 1),
+            shape=full.shape,
+            stride=full.stride(),
         )
 
-    def _run(self, fn, mesh, input_placements):
-        """Output placements, collectives, or the error of fn on fresh inputs."""
+    def run_op(
+        self, fn, mesh, input_placements, dtype=torch.float32, full=None, values=True
+    ):
+        """Output placements, shapes, strides and local values (unless not
+        ``values``: uninitialized outputs), and the collectives, or the error,
+        of fn on fresh inputs from empty caches."""
         _clear_sharding_prop_cache()
-        xs = [self._dtensor(mesh, p) for p in input_placements]
+        xs = [self.make_dtensor(mesh, p, dtype, full) for p in input_placements]
         try:
             with CommDebugMode() as comm_mode:
                 out = fn(*xs)
@@ -112,33 +120,31 @@ class TestKeepInputsIfMatched(TestCase):
             return type(e).__name__, str(e)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         return (
-            [(o.placements, o.shape, o.stride()) for o in outs],
+            [
+                (o.placements, o.shape, o.stride(), o.to_local() if values else None)
+                for o in outs
+            ],
             comm_mode.get_comm_counts(),
         )
 
-    def _expand(self, placements, rules, keep_inputs):
-        t = torch.empty(8, 8)
-        meta = TensorMeta(t.shape, t.stride(), t.dtype)
-        spec = DTensorSpec(self.mesh, tuple(placements), meta)
-        op_schema = OpSchema(aten.clone.default, (OpStrategy([OpSpec(spec)]),), {})
-        expanded = _expand_single_dim_strategy_to_mesh(
-            self.mesh,
-            op_schema,
-            rules,
-            meta,
-            inputs_as_they_are_if_matched=keep_inputs,
+
+class TestKeepInputsIfMatched(RunOpMixin, TestCase):
+    def _expand(self, placements, rules, keep_inputs, op=aten.clone.default):
+        _, strategy = self.expand_rules(
+            placements, rules, op=op, inputs_as_they_are_if_matched=keep_inputs
         )
-        return expanded(aten.clone.default, op_schema.args_meta, {}).strategies
+        return strategy.strategies
+
+    def _assert_full_expansion_taken(self, placements, rules, count):
+        full = self._expand(placements, rules, keep_inputs=False)
+        kept = self._expand(placements, rules, keep_inputs=True)
+        self.assertEqual(len(full), count)
+        self.assertEqual(kept, full)
 
     def test_one_strategy_when_the_inputs_match(self):
-        clone_rules = (
-            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[
-                aten.clone.default
-            ]
-        )
         placements = (Shard(0), Replicate(), Partial())
-        full = self._expand(placements, clone_rules, keep_inputs=False)
-        (kept,) = self._expand(placements, clone_rules, keep_inputs=True)
+        full = self._expand(placements, _clone_rules(), keep_inputs=False)
+        (kept,) = self._expand(placements, _clone_rules(), keep_inputs=True)
         self.assertEqual(len(full), 199)
         self.assertEqual(kept.input_specs[0].placements, placements)
         self.assertEqual(kept.output_spec.placements, placements)
@@ -156,10 +162,7 @@ class TestKeepInputsIfMatched(TestCase):
             ]
         )
         placements = (Shard(0), Replicate(), Partial())
-        full = self._expand(placements, rules, keep_inputs=False)
-        kept = self._expand(placements, rules, keep_inputs=True)
-        self.assertEqual(len(full), 27)
-        self.assertEqual(kept, full)
+        self._assert_full_expansion_taken(placements, rules, 27)
 
     def test_full_expansion_when_rules_give_one_input_two_outputs(self):
         # Shard(0) -> Partial() or Shard(0): the full expansion's selection
@@ -179,7 +182,7 @@ class TestKeepInputsIfMatched(TestCase):
     def test_inputs_with_fewer_placements_than_mesh_dims(self):
         # from_local does not check that placements cover the mesh; such an
         # input takes the full expansion, as before
-        x = self._dtensor(self.mesh, [Shard(0), Replicate(), Partial()])
+        x = self.make_dtensor(self.mesh, [Shard(0), Replicate(), Partial()])
         index = DTensor.from_local(
             torch.tensor([1, 0]), self.mesh, [Replicate()] * 2, run_check=False
         )
@@ -198,6 +201,188 @@ class TestKeepInputsIfMatched(TestCase):
         self.assertEqual(y.placements, full.placements)
         self.assertEqual(y.to_local(), full.to_local())
         self.assertEqual(comm_mode.get_comm_counts(), full_comm_mode.get_comm_counts())
+
+    def test_a_filtered_combination_takes_the_full_expansion(self):
+        # the op's filter drops the combination that keeps the input: the
+        # shortcut gets an empty expansion and leaves the pick to the full one
+        placements = (Shard(0), Replicate(), Partial())
+
+        def drop_the_inputs_as_they_are(mesh, op_schema, input_specs, output_specs):
+            return input_specs[0].placements != placements
+
+        rules = dataclasses.replace(
+            _clone_rules(), full_mesh_strategy_filter=drop_the_inputs_as_they_are
+        )
+        self._assert_full_expansion_taken(placements, rules, 198)
+
+    def test_an_in_place_op_whose_rule_changes_self_raises_as_before(self):
+        # the rule that takes self gives another output: the in-place filter
+        # drops it, the shortcut gets an empty expansion, and the full
+        # expansion raises the in-place error
+        rules = _SingleDimStrategyInfo(
+            lambda op, args, kwargs: [[Replicate(), Shard(0)]]
+        )
+        placements = (Shard(0), Replicate(), Replicate())
+        errors = []
+        for keep_inputs in (False, True):
+            with self.assertRaisesRegex(RuntimeError, "in-place operations") as cm:
+                self._expand(placements, rules, keep_inputs, op=aten.zero_.default)
+            errors.append(str(cm.exception))
+        self.assertEqual(errors[0], errors[1])
+
+    def test_an_error_of_the_matched_combination_is_not_caught(self):
+        # an error in a rule's filter (or cost) is raised from the matched
+        # combination, not hidden by running the full expansion after it
+        calls = []
+
+        def broken_filter(mesh, op_schema, input_specs, output_specs):
+            calls.append(input_specs[0].placements)
+            raise RuntimeError("broken filter")
+
+        rules = dataclasses.replace(
+            _clone_rules(), full_mesh_strategy_filter=broken_filter
+        )
+        placements = (Shard(0), Replicate(), Partial())
+        with self.assertRaisesRegex(RuntimeError, "broken filter"):
+            self._expand(placements, rules, keep_inputs=True)
+        self.assertEqual(calls, [placements])
+
+    def test_costs_of_ops_with_shape_args_are_never_negative(self):
+        # The shortcut relies on _select_min_cost_strategy taking a zero-cost
+        # strategy that keeps the inputs when no strategy costs less than 0;
+        # its comment expects negative costs for the ops whose shape args
+        # sharding propagation rewrites (op_to_shape_and_stride_idx). For each
+        # of them with a single-dim rule: every strategy of the full expansion
+        # costs >= 0, and the shortcut gives the same result.
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        grad_1d = torch.arange(2 * 4 * 8.0).reshape(2, 4, 8)
+        grad_2d = torch.arange(2 * 4 * 8 * 8.0).reshape(2, 4, 8, 8)
+        grad_3d = torch.arange(2 * 4 * 4 * 4 * 4.0).reshape(2, 4, 4, 4, 4)
+        sizes_1d, sizes_2d, sizes_3d = [2, 4, 4], [2, 4, 4, 4], [2, 4, 2, 2, 2]
+        cases = {
+            aten.new_empty.default: (None, lambda x: aten.new_empty(x, [8, 8])),
+            aten.new_full.default: (None, lambda x: aten.new_full(x, [8, 8], 2.0)),
+            aten.new_ones.default: (None, lambda x: aten.new_ones(x, [8, 8])),
+            aten.new_zeros.default: (None, lambda x: aten.new_zeros(x, [8, 8])),
+            aten.new_empty_strided.default: (
+                None,
+                lambda x: aten.new_empty_strided(x, [8, 8], [8, 1]),
+            ),
+            aten.select_backward.default: (
+                torch.arange(8.0 * 4).reshape(8, 4),
+                lambda g: aten.select_backward(g, [8, 8, 4], 1, 2),
+            ),
+            aten.slice_backward.default: (
+                None,
+                lambda g: aten.slice_backward(g, [8, 16], 1, 8, 16, 1),
+            ),
+            aten.upsample_nearest1d_backward.default: (
+                grad_1d,
+                lambda g: aten.upsample_nearest1d_backward(g, [8], sizes_1d),
+            ),
+            aten._upsample_nearest_exact1d_backward.default: (
+                grad_1d,
+                lambda g: aten._upsample_nearest_exact1d_backward(g, [8], sizes_1d),
+            ),
+            aten.upsample_linear1d_backward.default: (
+                grad_1d,
+                lambda g: aten.upsample_linear1d_backward(g, [8], sizes_1d, False),
+            ),
+            aten.upsample_nearest2d_backward.default: (
+                grad_2d,
+                lambda g: aten.upsample_nearest2d_backward(g, [8, 8], sizes_2d),
+            ),
+            aten._upsample_nearest_exact2d_backward.default: (
+                grad_2d,
+                lambda g: aten._upsample_nearest_exact2d_backward(g, [8, 8], sizes_2d),
+            ),
+            aten.upsample_bilinear2d_backward.default: (
+                grad_2d,
+                lambda g: aten.upsample_bilinear2d_backward(g, [8, 8], sizes_2d, False),
+            ),
+            aten.upsample_bicubic2d_backward.default: (
+                grad_2d,
+                lambda g: aten.upsample_bicubic2d_backward(g, [8, 8], sizes_2d, False),
+            ),
+            aten._upsample_bilinear2d_aa_backward.default: (
+                grad_2d,
+                lambda g: aten._upsample_bilinear2d_aa_backward(
+                    g, [8, 8], sizes_2d, False
+                ),
+            ),
+            aten._upsample_bicubic2d_aa_backward.default: (
+                grad_2d,
+                lambda g: aten._upsample_bicubic2d_aa_backward(
+                    g, [8, 8], sizes_2d, False
+                ),
+            ),
+            aten._upsample_lanczos2d_aa_backward.default: (
+                grad_2d,
+                lambda g: aten._upsample_lanczos2d_aa_backward(
+                    g, [8, 8], sizes_2d, False
+                ),
+            ),
+            aten.upsample_nearest3d_backward.default: (
+                grad_3d,
+                lambda g: aten.upsample_nearest3d_backward(g, [4, 4, 4], sizes_3d),
+            ),
+            aten._upsample_nearest_exact3d_backward.default: (
+                grad_3d,
+                lambda g: aten._upsample_nearest_exact3d_backward(
+                    g, [4, 4, 4], sizes_3d
+                ),
+            ),
+            aten.upsample_trilinear3d_backward.default: (
+                grad_3d,
+                lambda g: aten.upsample_trilinear3d_backward(
+                    g, [4, 4, 4], sizes_3d, False
+                ),
+            ),
+        }
+        shape_ops = [
+            op
+            for op in propagator.op_to_shape_and_stride_idx
+            if op in propagator.op_single_dim_strategy_funcs
+        ]
+        # every such op is covered above
+        self.assertEqual(sorted(map(str, shape_ops)), sorted(map(str, cases)))
+        costs = []
+        original_select = sharding_prop._select_min_cost_strategy
+
+        def recording_select(strategy, op_schema=None):
+            for op_spec in strategy.strategies:
+                costs.extend(c for cs in op_spec.redistribute_cost for c in cs)
+            return original_select(strategy, op_schema)
+
+        mesh = self.mesh["b", "c"]
+        placements = [Replicate(), Shard(0), Shard(1), Partial(), Partial("max")]
+        for op, (full, fn) in cases.items():
+            for combo in itertools.product(placements, repeat=2):
+                if len({p for p in combo if isinstance(p, Partial)}) > 1:
+                    continue
+                # (new_empty and new_empty_strided: no values to compare)
+                values = "empty" not in str(op)
+                with_shortcut = self.run_op(
+                    fn, mesh, [list(combo)], full=full, values=values
+                )
+                costs.clear()
+                with (
+                    mock.patch.object(
+                        sharding_prop,
+                        "_expand_single_dim_strategy_to_mesh",
+                        _full_expansion_only,
+                    ),
+                    mock.patch.object(
+                        sharding_prop, "_select_min_cost_strategy", recording_select
+                    ),
+                ):
+                    full_result = self.run_op(
+                        fn, mesh, [list(combo)], full=full, values=values
+                    )
+                msg = f"{op} {combo}"
+                self.assertGreater(len(costs), 0, msg=msg)
+                self.assertGreaterEqual(min(costs), 0.0, msg=msg)
+                self.assertEqual(with_shortcut, full_result, msg=msg)
 
     def test_same_placements_and_collectives_as_the_full_expansion(self):
         # every op above, pairs of placements on two mesh dims (third dim
@@ -233,14 +418,14 @@ class TestKeepInputsIfMatched(TestCase):
                     with mock.patch.object(
                         single_dim_strategy, "_strategy_keeping_inputs", counting
                     ):
-                        with_shortcut = self._run(fn, mesh, inputs)
+                        with_shortcut = self.run_op(fn, mesh, inputs)
                     taken += bool(taken_flag)
                     with mock.patch.object(
                         sharding_prop,
                         "_expand_single_dim_strategy_to_mesh",
                         _full_expansion_only,
                     ):
-                        full = self._run(fn, mesh, inputs)
+                        full = self.run_op(fn, mesh, inputs)
                     cases += 1
                     self.assertEqual(
                         with_shortcut, full, msg=f"{name} {mesh.shape} {inputs}"

@@ -2,6 +2,8 @@
 """_PartialPlaceholder in single-dim rules: a rule that needs a Partial is expanded only for
 inputs that carry it, so other inputs see exactly the rules written with Partial."""
 
+from unittest import mock
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -44,27 +46,42 @@ WITHOUT = _view_like_rules([])
 WITH_PRODUCT = _view_like_rules([Partial("product")])
 
 
-class TestPartialPlaceholder(TestCase):
+class FakeMeshMixin:
+    """For the single-process tests of single-dim rules in this directory (they
+    import it from here): rank 0 of 8 on the fake process group, ``self.mesh``
+    a (2, 2, 2) mesh with dims "a", "b", "c"."""
+
     def setUp(self):
         super().setUp()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2))
+        self.mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
 
     def tearDown(self):
         dist.destroy_process_group()
         super().tearDown()
 
-    def _expand(self, mesh, placements, rules):
+    def expand_rules(
+        self, placements, rules, mesh=None, op=aten.clone.default, **kwargs
+    ):
+        """The spec of an (8, 8) input with ``placements`` and the strategies of
+        a one-input op (clone by default) for it, expanded from ``rules`` (a
+        _SingleDimStrategyInfo; keyword arguments go to the expansion)."""
+        mesh = self.mesh if mesh is None else mesh
         t = torch.empty(8, 8)
         meta = TensorMeta(t.shape, t.stride(), t.dtype)
         spec = DTensorSpec(mesh, tuple(placements), meta)
-        op_schema = OpSchema(aten.clone.default, (OpStrategy([OpSpec(spec)]),), {})
+        op_schema = OpSchema(op, (OpStrategy([OpSpec(spec)]),), {})
         expanded = _expand_single_dim_strategy_to_mesh(
-            mesh, op_schema, _SingleDimStrategyInfo(rules), meta
+            mesh, op_schema, rules, meta, **kwargs
         )
-        strategy = expanded(aten.clone.default, op_schema.args_meta, {})
+        strategy = expanded(op, op_schema.args_meta, {})
         self.assertIsInstance(strategy, OpStrategy)
         return spec, strategy
+
+
+class TestPartialPlaceholder(FakeMeshMixin, TestCase):
+    def _expand(self, mesh, placements, rules):
+        return self.expand_rules(placements, _SingleDimStrategyInfo(rules), mesh)
 
     def _placements(self, strategy):
         return [
@@ -105,40 +122,36 @@ class TestPartialPlaceholder(TestCase):
         self.assertEqual(matched[0].output_spec.placements, spec.placements)
         self.assertEqual(matched[0].redistribute_cost, [[0.0]])
 
+    def _clone_rule_with_placeholders(self):
+        return mock.patch.dict(
+            DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs,
+            {aten.clone.default: _SingleDimStrategyInfo(WITH_PLACEHOLDERS)},
+        )
+
     def test_kept_out_of_a_dtensor_op_without_the_partial(self):
         # end to end: an op whose rule holds a placeholder runs as before
-        propagator = DTensor._op_dispatcher.sharding_propagator
-        original = propagator.op_single_dim_strategy_funcs[aten.clone.default]
         try:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = (
-                _SingleDimStrategyInfo(WITH_PLACEHOLDERS)
-            )
-            _clear_sharding_prop_cache()
-            for placement in [Partial("product"), Partial(), Shard(0)]:
-                x = DTensor.from_local(
-                    torch.ones(8, 8), self.mesh, [Replicate(), Replicate(), placement]
-                )
-                with CommDebugMode() as comm_mode:
-                    y = x.clone()
-                self.assertEqual(comm_mode.get_total_counts(), 0)
-                self.assertEqual(y.placements, x.placements)
-                self.assertEqual(y.to_local(), x.to_local())
+            with self._clone_rule_with_placeholders():
+                _clear_sharding_prop_cache()
+                for placement in [Partial("product"), Partial(), Shard(0)]:
+                    x = DTensor.from_local(
+                        torch.ones(8, 8),
+                        self.mesh,
+                        [Replicate(), Replicate(), placement],
+                    )
+                    with CommDebugMode() as comm_mode:
+                        y = x.clone()
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(y.placements, x.placements)
+                    self.assertEqual(y.to_local(), x.to_local())
         finally:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = original
             _clear_sharding_prop_cache()
 
     def test_validator_query_sees_the_partial(self):
-        propagator = DTensor._op_dispatcher.sharding_propagator
-        original = propagator.op_single_dim_strategy_funcs[aten.clone.default]
-        try:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = (
-                _SingleDimStrategyInfo(WITH_PLACEHOLDERS)
-            )
+        with self._clone_rule_with_placeholders():
             rules = query_single_dim_strategy(
                 aten.clone.default, (torch.ones(4, 4),), {}
             )
-        finally:
-            propagator.op_single_dim_strategy_funcs[aten.clone.default] = original
         self.assertIn([Partial("product"), Partial("product")], rules)
         self.assertIn([Partial("bxor"), Partial("bxor")], rules)
 

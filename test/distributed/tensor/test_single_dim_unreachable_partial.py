@@ -8,9 +8,8 @@ import itertools
 from unittest import mock
 
 import torch
-import torch.distributed as dist
 import torch.distributed.tensor._sharding_prop as sharding_prop
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 from torch.distributed.tensor._op_schema import (
@@ -23,9 +22,13 @@ from torch.distributed.tensor._ops.single_dim_strategy import (
     _expand_single_dim_strategy_to_mesh,
 )
 from torch.distributed.tensor._sharding_prop import _select_min_cost_strategy
-from torch.distributed.tensor.debug import _clear_sharding_prop_cache, CommDebugMode
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch.testing._internal.common_utils import run_tests, TestCase
-from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from test_single_dim_keep_inputs import (  # the test file of the keep-inputs PR
+    OPS as KEEP_INPUTS_OPS,
+    RunOpMixin,
+)
 
 
 aten = torch.ops.aten
@@ -37,58 +40,24 @@ def _all_rules(*args, **kwargs):
 
 
 OPS = {
-    "clone": (1, lambda x: x.clone()),
-    "t": (1, lambda x: x.t()),
-    "select": (1, lambda x: x[:, 1]),
-    "slice": (1, lambda x: x[:, 2:]),
-    "split": (1, lambda x: x.split(4, 1)),
-    "cat": (2, lambda x, y: torch.cat([x, y], 1)),
-    "new_zeros": (1, lambda x: x.new_zeros((8, 8))),
-    "zero_": (1, lambda x: x.zero_()),
-    "copy_": (2, lambda x, y: x.copy_(y)),
-    "add": (2, lambda x, y: x + y),
+    name: KEEP_INPUTS_OPS[name]
+    for name in (
+        "clone",
+        "t",
+        "select",
+        "slice",
+        "split",
+        "cat",
+        "new_zeros",
+        "zero_",
+        "copy_",
+        "add",
+    )
 }
 PLACEMENTS = [Replicate(), Shard(0), Shard(1), Partial("product"), Partial("bxor")]
 
 
-class TestUnreachablePartialRules(TestCase):
-    def setUp(self):
-        super().setUp()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-        self.mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("a", "b", "c"))
-
-    def tearDown(self):
-        dist.destroy_process_group()
-        super().tearDown()
-
-    def _dtensor(self, mesh, placements, dtype):
-        shape = [8, 8]
-        for mesh_dim, p in enumerate(placements):
-            if isinstance(p, Shard):
-                shape[p.dim] //= mesh.size(mesh_dim)
-        return DTensor.from_local(
-            (torch.arange(64).reshape(8, 8)[: shape[0], : shape[1]] + 1).to(dtype),
-            mesh,
-            placements,
-            run_check=False,
-            shape=torch.Size((8, 8)),
-            stride=(8, 1),
-        )
-
-    def _run(self, fn, mesh, input_placements, dtype):
-        _clear_sharding_prop_cache()
-        xs = [self._dtensor(mesh, p, dtype) for p in input_placements]
-        try:
-            with CommDebugMode() as comm_mode:
-                out = fn(*xs)
-        except Exception as e:
-            return type(e).__name__, str(e)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        return (
-            [(o.placements, o.shape, o.stride(), o.to_local()) for o in outs],
-            comm_mode.get_comm_counts(),
-        )
-
+class TestUnreachablePartialRules(RunOpMixin, TestCase):
     def test_fewer_strategies_and_the_same_selection(self):
         # x[:, 1] of [S(1), R, P(product)]: Shard(1) cannot stay, the product
         # rule can only serve the last mesh dim
@@ -145,16 +114,80 @@ class TestUnreachablePartialRules(TestCase):
             ([Partial("bxor"), S, S], [S, S, S]),
             ([S, Partial("product"), Partial("product")], [Shard(1), R, R]),
         ]:
-            left_out = self._run(
+            left_out = self.run_op(
                 lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
             )
             with mock.patch.object(
                 sharding_prop, "_expand_single_dim_strategy_to_mesh", _all_rules
             ):
-                every_rule = self._run(
+                every_rule = self.run_op(
                     lambda x, y: x.copy_(y), self.mesh, [dst, src], torch.int64
                 )
             self.assertEqual(left_out, every_rule, msg=f"{dst} <- {src}")
+
+    def test_a_rank_outside_the_mesh_selects_the_same(self):
+        # rank 0 is not in this mesh: redistribute_cost is 0 for every source
+        # there, so the strategies left out do not cost infinity; the
+        # selection is the same because the first strategy, all-Replicate on
+        # every mesh dim, is never left out
+        mesh = DeviceMesh("cpu", torch.arange(4, 8).view(2, 2))
+        selected = []
+        sizes = []
+
+        def recording_select(strategy, op_schema=None):
+            op_spec = _select_min_cost_strategy(strategy, op_schema)
+            selected.append((op_spec.input_specs, op_spec.output_specs))
+            sizes[-1].append(len(strategy.strategies))
+            return op_spec
+
+        def dtensor(placements, dtype=torch.float32):
+            return DTensor.from_local(
+                torch.empty(0, dtype=dtype),
+                mesh,
+                placements,
+                run_check=False,
+                shape=torch.Size((8, 8)),
+                stride=(8, 1),
+            )
+
+        S, P, R = Shard, Partial, Replicate()
+        cases = {
+            "select": lambda: dtensor([S(1), P("product")])[:, 1],
+            "select_other_order": lambda: dtensor([P("product"), S(1)])[:, 1],
+            "slice": lambda: dtensor([S(1), P("product")])[:, 2:],
+            "cat": lambda: torch.cat(
+                [dtensor([S(1), P("product")]), dtensor([S(1), P("product")])], 1
+            ),
+            "t": lambda: dtensor([P("product"), S(0)]).t(),
+            "clone_bxor": lambda: dtensor([S(1), P("bxor")], torch.int32).clone(),
+            "add": lambda: dtensor([P("product"), R]) + dtensor([R, S(0)]),
+        }
+        self.assertFalse(mesh._is_current_rank_part_of_mesh())
+        left_out = 0
+        for name, fn in cases.items():
+            picks = []
+            for expand in (_expand_single_dim_strategy_to_mesh, _all_rules):
+                selected.clear()
+                sizes.append([])
+                _clear_sharding_prop_cache()
+                with (
+                    mock.patch.object(
+                        sharding_prop, "_expand_single_dim_strategy_to_mesh", expand
+                    ),
+                    mock.patch.object(
+                        sharding_prop, "_select_min_cost_strategy", recording_select
+                    ),
+                ):
+                    try:
+                        out = fn()
+                        picks.append((list(selected), out.placements))
+                    except Exception as e:
+                        picks.append((type(e).__name__, str(e)))
+            self.assertEqual(picks[0], picks[1], msg=name)
+            self.assertNotIsInstance(picks[0][0], str, msg=name)
+            left_out += sum(sizes[-2]) < sum(sizes[-1])
+        # rules were left out in most cases
+        self.assertGreater(left_out, len(cases) // 2)
 
     def test_same_placements_values_and_collectives_as_every_rule(self):
         for (name, (n_inputs, fn)), mesh in itertools.product(
@@ -167,11 +200,11 @@ class TestUnreachablePartialRules(TestCase):
                 if not any(isinstance(p, Partial) for p in combo):
                     continue
                 inputs = [list(combo)] * n_inputs
-                left_out = self._run(fn, mesh, inputs, dtype)
+                left_out = self.run_op(fn, mesh, inputs, dtype)
                 with mock.patch.object(
                     sharding_prop, "_expand_single_dim_strategy_to_mesh", _all_rules
                 ):
-                    every_rule = self._run(fn, mesh, inputs, dtype)
+                    every_rule = self.run_op(fn, mesh, inputs, dtype)
                 self.assertEqual(left_out, every_rule, msg=f"{name} {inputs}")
 
 
