@@ -79,6 +79,65 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
             self.assertEqual(opt_mod(x), x)
             self.assertNotIn("weight", mod.__dict__)
 
+    def test_dict_popitem_shadow_then_graph_break(self):
+        # A forward that removes a parameter's shadow with popitem() (the shadow
+        # is the last key written), breaks the graph and reads the parameter.
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(2))
+
+            def forward(self, x):
+                d = self.__dict__
+                if next(reversed(d)) == "weight":
+                    d.popitem()
+                torch._dynamo.graph_break()
+                return x * self.weight
+
+        mod = Mod()
+        opt_mod = torch.compile(mod, backend="eager")
+        x = torch.ones(2)
+        with torch.no_grad():
+            for shadow in (False, True, False, True):
+                if shadow:
+                    mod.__dict__["weight"] = torch.full((2,), 5.0)
+                self.assertEqual(opt_mod(x), x)
+                self.assertNotIn("weight", mod.__dict__)
+                self.assertIn("training", mod.__dict__)
+
+    def test_dict_contains_of_present_key(self):
+        # A present key is guarded whether or not the frame reads its value:
+        # where it does, the guard on the value fails when the key goes; where
+        # it does not, a membership leaf does.
+        class Flag(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = 3.0
+
+            def forward(self, x):
+                if "scale" in self.__dict__:
+                    return x + 1
+                return x
+
+        class Read(Flag):
+            def forward(self, x):
+                if "scale" in self.__dict__:
+                    return x * self.__dict__["scale"]
+                return x
+
+        for cls in (Flag, Read):
+            with self.subTest(cls.__name__):
+                mod = cls()
+                cnt = CompileCounter()
+                opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+                x = torch.ones(2)
+                self.assertEqual(opt_mod(x), mod(x))
+                del mod.scale
+                self.assertEqual(opt_mod(x), x)
+                mod.scale = 3.0  # the first graph again
+                self.assertEqual(opt_mod(x), mod(x))
+                self.assertEqual(cnt.frame_count, 2)
+
     def test_dict_key_written_by_frame_needs_no_guard(self):
         class Mod(torch.nn.Module):
             def forward(self, x):

@@ -107,6 +107,31 @@ def absent_key_checks(fn):
     return found
 
 
+def present_key_checks_on_module_dicts(fn):
+    """`___dict_contains(name, <...>.__dict__)` leaves (a present key) in the guards
+    of fn's only cache entry: (guard manager source, name) per check."""
+    [entry] = _debug_get_cache_entry_list(fn.__code__)
+    found = []
+
+    def walk(mgr):
+        for leaf in mgr.get_leaf_guards():
+            found.extend(
+                (mgr.get_source(), part.split("(", 1)[1].split(",", 1)[0])
+                for part in leaf.verbose_code_parts()
+                if part.startswith("___dict_contains(")
+                and mgr.get_source().endswith(".__dict__")
+            )
+        children = list(mgr.get_child_managers())
+        if hasattr(mgr, "get_key_value_managers"):
+            for pair in mgr.get_key_value_managers().values():
+                children += [m for m in pair if m is not None]
+        for child in children:
+            walk(child)
+
+    walk(entry.guard_manager.root)
+    return found
+
+
 class _StandInCodeParts(list):
     """The code parts of a stand-in leaf, which also holds the names it checks."""
 
@@ -181,6 +206,45 @@ class NNModuleDictGuardCountTests(torch._dynamo.test_case.TestCase):
             )
         modules = 12 * blocks + 4
         self.assertEqual(len(names_by_dict), modules)
+
+    @unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
+    def test_checkpoint_wrapper_one_check_per_module_dict(self):
+        """checkpoint_wrapper's __getattr__ calls super().__getattr__, so Dynamo
+        inlines nn.Module.__getattr__, which tests `"_parameters" in self.__dict__`
+        (and "_buffers", "_modules") before reading each: the read's guard already
+        fails when the key is missing, so no present-key leaf is added for those
+        tests, and every module __dict__ keeps one absent-key check."""
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            checkpoint_wrapper,
+            CheckpointImpl,
+        )
+
+        blocks = 4
+        model = Model(blocks)
+        for i, block in enumerate(model.layers):
+            model.layers[i] = checkpoint_wrapper(
+                block, checkpoint_impl=CheckpointImpl.NO_REENTRANT
+            )
+        if not HAS_MERGED_LEAF:
+            GuardManager.add_dict_not_contains_key_guard = (
+                _stand_in_add_dict_not_contains_key_guard
+            )
+        try:
+            x = torch.randn(2, 3, DIM)
+            self.assertEqual(torch.compile(model, backend="eager")(x), model(x))
+            checks = absent_key_checks(Model.forward)
+        finally:
+            if not HAS_MERGED_LEAF:
+                del GuardManager.add_dict_not_contains_key_guard
+        self.assertEqual(present_key_checks_on_module_dicts(Model.forward), [])
+        sources = [source for source, _, _ in checks]
+        self.assertEqual(len(sources), len(set(sources)))  # one leaf per dict
+        # one per module __dict__: the modules of the plain model and one wrapper
+        # per block; the wrapper's `name in _parameters` and `name in _buffers`
+        # add one each on those dicts, as without the shadow guard
+        dunder_dicts = [s for s in sources if s.endswith(".__dict__")]
+        self.assertEqual(len(dunder_dicts), 12 * blocks + 4 + blocks)
+        self.assertEqual(len(sources), len(dunder_dicts) + 2 * blocks)
 
     @unittest.skipIf(
         HAS_MERGED_LEAF,

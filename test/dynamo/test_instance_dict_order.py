@@ -1,0 +1,94 @@
+# Owner(s): ["module: dynamo"]
+# Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
+# tests); kept in its own file here because the project never edits upstream files.
+
+import torch
+import torch._dynamo.test_case
+import torch._dynamo.testing
+
+
+class _Obj:
+    pass
+
+
+def _make_obj():
+    obj = _Obj()
+    obj.a = 1.0
+    obj.b = 2.0
+    obj.c = 3.0
+    return obj
+
+
+class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
+    # A compiled frame answers an enumeration of obj.__dict__ from the keys the
+    # object has as the frame starts merged with the frame's pending writes; the
+    # order, and so popitem(), must be the order eager sees.
+
+    def _check_same_as_eager(self, fn):
+        eager_obj, compiled_obj = _make_obj(), _make_obj()
+        x = torch.ones(2)
+        expected = fn(x, eager_obj)
+        actual = torch.compile(fn, backend="eager", fullgraph=True)(x, compiled_obj)
+        self.assertEqual(actual, expected)
+        self.assertEqual(
+            list(compiled_obj.__dict__.items()), list(eager_obj.__dict__.items())
+        )
+
+    def test_popitem_removes_the_last_key(self):
+        def fn(x, obj):
+            k, v = obj.__dict__.popitem()
+            return x * v, k
+
+        self._check_same_as_eager(fn)
+
+    def test_popitem_after_add_removes_the_added_key(self):
+        def fn(x, obj):
+            obj.d = 4.0
+            obj.b = 5.0  # an overwrite does not move the key
+            k, v = obj.__dict__.popitem()
+            return x * v, k
+
+        self._check_same_as_eager(fn)
+
+    def test_popitem_twice_after_delete(self):
+        def fn(x, obj):
+            del obj.c
+            k1, v1 = obj.__dict__.popitem()
+            k2, v2 = obj.__dict__.popitem()
+            return x * v1 + v2, k1, k2
+
+        self._check_same_as_eager(fn)
+
+    def test_popitem_of_empty_dict_raises(self):
+        def fn(x, obj):
+            obj.__dict__.clear()
+            try:
+                obj.__dict__.popitem()
+            except KeyError:
+                return x + 1
+            return x
+
+        self._check_same_as_eager(fn)
+
+    def test_first_key_after_overwrite(self):
+        def fn(x, obj):
+            obj.b = 100.0
+            return x * obj.__dict__[list(obj.__dict__)[0]]  # noqa: RUF015
+
+        self._check_same_as_eager(fn)
+
+    def test_key_order_after_add_and_delete(self):
+        def fn(x, obj):
+            obj.d = 4.0
+            del obj.a
+            obj.c = 30.0
+            obj.e = 5.0
+            return x, list(obj.__dict__), list(obj.__dict__.values())
+
+        self._check_same_as_eager(fn)
+
+
+if __name__ == "__main__":
+    from torch._dynamo.test_case import run_tests
+
+    run_tests()
