@@ -1013,12 +1013,19 @@ FOUND = (
 # --- build ------------------------------------------------------------------------------
 
 
-def build(out: Path, ops_filter: set[str] | None = None) -> int:
+def build(out: Path, ops_filter: set[str] | None = None, found_only: bool = False) -> int:
+    """Write the corpus; ``found_only``: recompute the entries found by hand (FOUND,
+    with their witnesses) and keep the OpInfo entries of the corpus at ``out``."""
     import torch
     import torch.distributed.tensor._ops.strategy_validation as sv
 
     entries: list[dict] = []
     oracle_flags_registered: list[str] = []
+    kept_opinfo: list[dict] = []
+    if found_only:
+        old = load(out)
+        kept_opinfo = [e for e in old["entries"] if e["source"] != "found"]
+        oracle_flags_registered = list(old["oracle_flags_registered"])
     for builder, family, dtype_name, rule, source in FOUND:
         func, args, kwargs = _constructed(builder)
         w = witness(func, args, kwargs, rule, getattr(torch, dtype_name))
@@ -1028,7 +1035,8 @@ def build(out: Path, ops_filter: set[str] | None = None) -> int:
                         "op": str(func), "source": "found", "builder": builder,
                         "rule": [list(rule[0]), list(rule[1])], "mutation": "found",
                         "from": source, "witness": w})  # fmt: skip
-    for family, ops in FAMILIES.items():
+    entries += kept_opinfo
+    for family, ops in () if found_only else FAMILIES.items():
         for op in ops:
             if ops_filter and op not in ops_filter:
                 continue
@@ -1171,6 +1179,8 @@ def worker(argv: list[str]) -> int:
     b = sub.add_parser("build", help="write the corpus (run with the overlay active)")
     b.add_argument("--out", type=Path, default=CORPUS)
     b.add_argument("--ops", help="comma-separated OpInfo names (default: every family)")
+    b.add_argument("--found-only", action="store_true",
+                   help="recompute the entries found by hand only, keep the OpInfo ones")  # fmt: skip
     c = sub.add_parser("check", help="the sweep's worker: one verdict line per entry id")
     c.add_argument("--corpus", type=Path, default=CORPUS)
     c.add_argument("--world-size", type=int, default=WORLD_SIZE)
@@ -1184,7 +1194,8 @@ def worker(argv: list[str]) -> int:
     dist.init_process_group("fake", rank=0, world_size=world_size)
     try:
         if args.verb == "build":
-            return build(args.out, set(args.ops.split(",")) if args.ops else None)
+            ops = set(args.ops.split(",")) if args.ops else None
+            return build(args.out, ops, args.found_only)
         by_id = {e["id"]: e for e in load(args.corpus)["entries"]}
         for entry_id in args.ids:
             try:
