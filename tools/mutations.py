@@ -763,13 +763,21 @@ def _constructed_review6(name: str):
         m.diagonal().copy_(cancelling(512, 1e8, 1e-4))
         return aten.trace.default, (m,), {}
     if op == "avgpool1e11":  # one window of 1024 values of +-1e11, mean 1e-4
-        return aten.avg_pool1d.default, (cancelling(1024, 1e11, 0.1).reshape(1, 1, 1024), [1024]), {}
+        return (
+            aten.avg_pool1d.default,
+            (cancelling(1024, 1e11, 0.1).reshape(1, 1, 1024), [1024]),
+            {},
+        )
     if op in ("add2e10", "sub2e10"):  # two operands of about 2e10 that cancel to 3e-5
         a = torch.full((8,), 2e10, dtype=f64) * (1 + torch.arange(8, dtype=f64) / 16)
         if op == "add2e10":
             return aten.add.Tensor, (a, -a + 3e-5), {}
         return aten.sub.Tensor, (a, a - 3e-5), {}
-    if op in ("conv1e9", "convt1e9", "convw1e9"):  # 256 channels of +-1e9 cancelling to 1e-3, bias 1e-4
+    if op in (
+        "conv1e9",
+        "convt1e9",
+        "convw1e9",
+    ):  # 256 channels of +-1e9 cancelling to 1e-3, bias 1e-4
         c = cancelling(2 * 256, 1e9, 1e-3).reshape(2, 256)
         bias = torch.full((2,), 1e-4, dtype=f64)
         if op == "convw1e9":  # the weight is the Partial operand
@@ -896,10 +904,14 @@ REVIEW5 = tuple(
 )  # fmt: skip
 
 _R6 = "review rev25e: "
-_BAND = ("tolerance PR: the band of the op on the absolute per-rank values (no exact "
-         "check for this op), above the wrong rule's error when the terms cancel")
-_SKIP = ("tolerance PR: one nan elsewhere in an operand switches the exact contraction "
-         "check off for the whole tensor (the float64 band stands)")
+_BAND = (
+    "tolerance PR: the band of the op on the absolute per-rank values (no exact "
+    "check for this op), above the wrong rule's error when the terms cancel"
+)
+_SKIP = (
+    "tolerance PR: one nan elsewhere in an operand switches the exact contraction "
+    "check off for the whole tensor (the float64 band stands)"
+)
 
 # The cold review rev25e (after the fixes of rev25d).
 REVIEW6 = (

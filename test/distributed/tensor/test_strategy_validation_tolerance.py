@@ -461,9 +461,7 @@ class Float64RecheckTest(TestCase):
                 with self.subTest(name, world_size=world_size):
                     self.assertIs(judge(op, args, wrong, world_size, kwargs), False)
                     if right is not None:
-                        self.assertIs(
-                            judge(op, args, right, world_size, kwargs), True
-                        )
+                        self.assertIs(judge(op, args, right, world_size, kwargs), True)
 
     def test_exact_contraction(self):
         # The exact evaluation agrees with rational arithmetic, on pieces whose
