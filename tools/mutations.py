@@ -536,6 +536,8 @@ def _constructed(name: str):
         return _constructed_review4(name[len("review4-") :])
     if name.startswith("review5-"):
         return _constructed_review5(name[len("review5-") :])
+    if name.startswith("review6-"):
+        return _constructed_review6(name[len("review6-") :])
     raise KeyError(name)
 
 
@@ -730,6 +732,96 @@ def _constructed_review5(name: str):
     raise KeyError(name)
 
 
+def _constructed_review6(name: str):
+    """The samples of the cold review rev25e (its corpus entries review6-*): float64
+    (and complex128) terms of +-big that cancel: the ops that keep the band of the op
+    on the absolute per-rank values (sum, nansum, mean, trace, avg_pool1d, add, sub,
+    convolution), the exact contraction check switched off by one nan elsewhere in an
+    operand or by a beta beyond Veltkamp's splitter, and complex inputs (no recheck)."""
+    import torch
+
+    aten = torch.ops.aten
+    f64 = torch.float64
+    nan = float("nan")
+
+    def cancelling(n, big, small, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.rand(n, generator=g, dtype=f64) + 0.5) * big
+        x[1::2] = -x[0::2]
+        x[0] += small
+        return x
+
+    op = name.split("-")[0]
+    if op in ("sum1e8", "nansum1e8"):  # 1024 values of +-1e8 summing to 1e-4
+        x = cancelling(1024, 1e8, 1e-4)
+        return (aten.sum.default if op == "sum1e8" else aten.nansum.default), (x,), {}
+    if op == "meandim1e11":  # two rows of 1024 values of +-1e11, means 1e-4
+        z = torch.stack([cancelling(1024, 1e11, 0.1, seed=s) for s in (1, 2)])
+        return aten.mean.dim, (z, [1]), {}
+    if op == "trace1e8":  # a 512 x 512 diagonal of +-1e8 summing to 1e-4
+        m = torch.zeros(512, 512, dtype=f64)
+        m.diagonal().copy_(cancelling(512, 1e8, 1e-4))
+        return aten.trace.default, (m,), {}
+    if op == "avgpool1e11":  # one window of 1024 values of +-1e11, mean 1e-4
+        return (
+            aten.avg_pool1d.default,
+            (cancelling(1024, 1e11, 0.1).reshape(1, 1, 1024), [1024]),
+            {},
+        )
+    if op in ("add2e10", "sub2e10"):  # two operands of about 2e10 that cancel to 3e-5
+        a = torch.full((8,), 2e10, dtype=f64) * (1 + torch.arange(8, dtype=f64) / 16)
+        if op == "add2e10":
+            return aten.add.Tensor, (a, -a + 3e-5), {}
+        return aten.sub.Tensor, (a, a - 3e-5), {}
+    if op in (
+        "conv1e9",
+        "convt1e9",
+        "convw1e9",
+    ):  # 256 channels of +-1e9 cancelling to 1e-3, bias 1e-4
+        c = cancelling(2 * 256, 1e9, 1e-3).reshape(2, 256)
+        bias = torch.full((2,), 1e-4, dtype=f64)
+        if op == "convw1e9":  # the weight is the Partial operand
+            args = (torch.ones(1, 256, 2, dtype=f64), c.reshape(2, 256, 1), bias)
+            return aten.convolution.default, (*args, [1], [0], [1], False, [0], 1), {}
+        x = c.t().reshape(1, 256, 2)
+        if op == "conv1e9":
+            w = torch.ones(2, 256, 1, dtype=f64)
+            return aten.convolution.default, (x, w, bias, [1], [0], [1], False, [0], 1), {}
+        w = torch.ones(256, 2, 1, dtype=f64)
+        return aten.convolution.default, (x, w, bias, [1], [0], [1], True, [0], 1), {}
+    a = cancelling(2 * 256, 1e9, 1e-3).reshape(2, 256)
+    b = torch.ones(256, 2, dtype=f64)
+    if op == "addmmnan":  # rev25d's D1 with one nan in the bias (its own output element)
+        bias = torch.full((2, 2), 1e-4, dtype=f64)
+        bias[1, 1] = nan
+        return aten.addmm.default, (bias, a, b), {}
+    if op == "baddbmmnan":
+        a3 = cancelling(2 * 64, 1e10, 1e-3).reshape(1, 2, 64)
+        bias = torch.full((1, 2, 2), 1e-4, dtype=f64)
+        bias[0, 1, 1] = nan
+        return aten.baddbmm.default, (bias, a3, torch.ones(1, 64, 2, dtype=f64)), {}
+    if op in ("mmnan", "bmmnan", "addbmmnan"):  # a nan in a third column of B
+        b3 = torch.ones(256, 3, dtype=f64)
+        b3[9, 2] = nan
+        if op == "addbmmnan":
+            bias = torch.full((2, 3), 1e-4, dtype=f64)
+            return aten.addbmm.default, (bias, a[None], b3[None]), {}
+        a4 = cancelling(2 * 256, 1e9, 1e-4).reshape(2, 256)
+        if op == "mmnan":
+            return aten.mm.default, (a4, b3), {}
+        return aten.bmm.default, (a4[None], b3[None]), {}
+    if op == "addmmbeta":  # beta * bias = 1e-4 with beta above 2**996
+        bias = torch.full((2, 2), 1e-305, dtype=f64)
+        return aten.addmm.default, (bias, a, b), {"beta": 1e301}
+    if op == "addmmc128":  # rev25d's D1 in complex128 (no float64 recheck)
+        c128 = torch.complex128
+        bias = torch.full((2, 2), 1e-4, dtype=c128)
+        return aten.addmm.default, (bias, a.to(c128), b.to(c128)), {}
+    if op == "sumc128":
+        return aten.sum.default, (cancelling(1024, 1e8, 1e-4).to(torch.complex128),), {}
+    raise KeyError(name)
+
+
 _R2 = "review 2026-11-27: "
 _PI = "accepted by the Partial-input PR's "
 
@@ -811,6 +903,44 @@ REVIEW5 = tuple(
     for op in ("addmm1e9", "addmm1e10", "baddbmm1e10")
 )  # fmt: skip
 
+_R6 = "review rev25e: "
+_BAND = (
+    "tolerance PR: the band of the op on the absolute per-rank values (no exact "
+    "check for this op), above the wrong rule's error when the terms cancel"
+)
+_SKIP = (
+    "tolerance PR: one nan elsewhere in an operand switches the exact contraction "
+    "check off for the whole tensor (the float64 band stands)"
+)
+
+# The cold review rev25e (after the fixes of rev25d).
+REVIEW6 = (
+    *[(f"review6-{op}-sum-avg", fam, "float64", (("P(sum)",), ("P(avg)",)), _R6 + _BAND)
+      for op, fam in (("sum1e8", "reduction"), ("nansum1e8", "reduction"),
+                      ("meandim1e11", "reduction"), ("trace1e8", "reduction"),
+                      ("avgpool1e11", "normalization"))],
+    *[(f"review6-{op}-sum-avg", "binary", "float64", (("P(sum)", "P(sum)"), ("P(avg)",)),
+       _R6 + _BAND) for op in ("add2e10", "sub2e10")],
+    ("review6-conv1e9-r-sum", "matmul", "float64", (("P(sum)", "R", "R"), ("P(sum)",)),
+     _R6 + _BAND + " (a Replicate bias added on every rank)"),
+    ("review6-convt1e9-r-sum", "matmul", "float64", (("P(sum)", "R", "R"), ("P(sum)",)),
+     _R6 + _BAND + " (transposed; a Replicate bias added on every rank)"),
+    ("review6-convw1e9-r-sum", "matmul", "float64", (("R", "P(sum)", "R"), ("P(sum)",)),
+     _R6 + _BAND + " (the weight Partial; a Replicate bias added on every rank)"),
+    *[(f"review6-{op}-r-sum", "matmul", "float64", (("R", "P(sum)", "R"), ("P(sum)",)),
+       _R6 + _SKIP) for op in ("addmmnan", "baddbmmnan", "addbmmnan")],
+    *[(f"review6-{op}-sum-avg", "matmul", "float64", (("P(sum)", "R"), ("P(avg)",)),
+       _R6 + _SKIP) for op in ("mmnan", "bmmnan")],
+    ("review6-addmmbeta-r-sum", "matmul", "float64", (("R", "P(sum)", "R"), ("P(sum)",)),
+     _R6 + "tolerance PR: beta above 2**996 overflows Veltkamp's split, the exact "
+     "check gives up (the float64 band stands)"),
+    ("review6-addmmc128-r-sum", "matmul", "complex128", (("R", "P(sum)", "R"), ("P(sum)",)),
+     _R6 + "tolerance PR: a complex input skips the float64 recheck (stated), so the "
+     "complex128 twin of rev25d's D1 passes at every world size"),
+    ("review6-sumc128-sum-avg", "reduction", "complex128", (("P(sum)",), ("P(avg)",)),
+     _R6 + "tolerance PR: a complex input skips the float64 recheck (stated)"),
+)  # fmt: skip
+
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
 FOUND = (
     ("review-add-outlier", "binary", "float32", (("P(sum)", "R"), ("P(sum)",)),
@@ -888,18 +1018,26 @@ FOUND = (
     *REVIEW3,
     *REVIEW4,
     *REVIEW5,
+    *REVIEW6,
 )  # fmt: skip
 
 
 # --- build ------------------------------------------------------------------------------
 
 
-def build(out: Path, ops_filter: set[str] | None = None) -> int:
+def build(out: Path, ops_filter: set[str] | None = None, found_only: bool = False) -> int:
+    """Write the corpus; ``found_only``: recompute the entries found by hand (FOUND,
+    with their witnesses) and keep the OpInfo entries of the corpus at ``out``."""
     import torch
     import torch.distributed.tensor._ops.strategy_validation as sv
 
     entries: list[dict] = []
     oracle_flags_registered: list[str] = []
+    kept_opinfo: list[dict] = []
+    if found_only:
+        old = load(out)
+        kept_opinfo = [e for e in old["entries"] if e["source"] != "found"]
+        oracle_flags_registered = list(old["oracle_flags_registered"])
     for builder, family, dtype_name, rule, source in FOUND:
         func, args, kwargs = _constructed(builder)
         w = witness(func, args, kwargs, rule, getattr(torch, dtype_name))
@@ -909,7 +1047,8 @@ def build(out: Path, ops_filter: set[str] | None = None) -> int:
                         "op": str(func), "source": "found", "builder": builder,
                         "rule": [list(rule[0]), list(rule[1])], "mutation": "found",
                         "from": source, "witness": w})  # fmt: skip
-    for family, ops in FAMILIES.items():
+    entries += kept_opinfo
+    for family, ops in () if found_only else FAMILIES.items():
         for op in ops:
             if ops_filter and op not in ops_filter:
                 continue
@@ -1052,6 +1191,8 @@ def worker(argv: list[str]) -> int:
     b = sub.add_parser("build", help="write the corpus (run with the overlay active)")
     b.add_argument("--out", type=Path, default=CORPUS)
     b.add_argument("--ops", help="comma-separated OpInfo names (default: every family)")
+    b.add_argument("--found-only", action="store_true",
+                   help="recompute the entries found by hand only, keep the OpInfo ones")  # fmt: skip
     c = sub.add_parser("check", help="the sweep's worker: one verdict line per entry id")
     c.add_argument("--corpus", type=Path, default=CORPUS)
     c.add_argument("--world-size", type=int, default=WORLD_SIZE)
@@ -1065,7 +1206,8 @@ def worker(argv: list[str]) -> int:
     dist.init_process_group("fake", rank=0, world_size=world_size)
     try:
         if args.verb == "build":
-            return build(args.out, set(args.ops.split(",")) if args.ops else None)
+            ops = set(args.ops.split(",")) if args.ops else None
+            return build(args.out, ops, args.found_only)
         by_id = {e["id"]: e for e in load(args.corpus)["entries"]}
         for entry_id in args.ids:
             try:

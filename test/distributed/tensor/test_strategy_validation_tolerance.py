@@ -373,6 +373,96 @@ class Float64RecheckTest(TestCase):
                     self.assertIs(judge(op, args, wrong, world_size), False)
                     self.assertIs(judge(op, args, right, world_size), True)
 
+    def test_wrong_rules_of_cancelling_float64_and_complex128_values(self):
+        # Float64 and complex128 terms of +-1e8..2e10 that cancel: the float64
+        # recheck compared within 4 ulps of the op on the absolute per-rank values
+        # (sum, add, sub, convolution), the exact check gave up for the whole tensor
+        # on one nan or a beta above Veltkamp's splitter, and complex inputs had no
+        # recheck. The recheck now compares within main's tolerance; the exact
+        # evaluation only accepts a contraction that holds so.
+        f64, c128, nan = torch.float64, torch.complex128, float("nan")
+
+        def cancelling(n, big, small):
+            g = torch.Generator().manual_seed(0)
+            x = (torch.rand(n, generator=g, dtype=f64) + 0.5) * big
+            x[1::2] = -x[0::2]
+            x[0] += small
+            return x
+
+        P, R = Partial, Replicate()
+        s, avg = (P("sum"),), (P("avg"),)
+        sums = cancelling(1024, 1e8, 1e-4)
+        a = torch.full((8,), 2e10, dtype=f64) * (1 + torch.arange(8, dtype=f64) / 16)
+        rows = cancelling(512, 1e9, 1e-3).reshape(2, 256)
+        ones = torch.ones(256, 2, dtype=f64)
+        bias = torch.full((2, 2), 1e-4, dtype=f64)
+        nan_bias = bias.clone()
+        nan_bias[1, 1] = nan
+        nan_b = torch.ones(256, 3, dtype=f64)
+        nan_b[9, 2] = nan
+        conv = (rows.t().reshape(1, 256, 2), torch.ones(2, 256, 1, dtype=f64))
+        conv_args = (*conv, bias[0], [1], [0], [1], False, [0], 1)
+        cases = {
+            # name: (op, args, kwargs, wrong rule, right rule or None)
+            "sum": (aten.sum.default, (sums,), {}, (s, avg), (s, s)),
+            "add": (
+                aten.add.Tensor,
+                (a, -a + 3e-5),
+                {},
+                ((*s, *s), avg),
+                ((*s, *s), s),
+            ),
+            "sub": (aten.sub.Tensor, (a, a - 3e-5), {}, ((*s, *s), avg), ((*s, *s), s)),
+            "convolution, Replicate bias": (
+                aten.convolution.default,
+                conv_args,
+                {},
+                ((*s, R, R), s),
+                ((*s, R, *s), s),
+            ),
+            "addmm, a nan in the bias": (
+                aten.addmm.default,
+                (nan_bias, rows, ones),
+                {},
+                ((R, *s, R), s),
+                ((*s, *s, R), s),
+            ),
+            "mm, a nan in another column": (
+                aten.mm.default,
+                (cancelling(512, 1e9, 1e-4).reshape(2, 256), nan_b),
+                {},
+                ((*s, R), avg),
+                ((*s, R), s),
+            ),
+            "addmm, beta=1e301": (
+                aten.addmm.default,
+                (torch.full((2, 2), 1e-305, dtype=f64), rows, ones),
+                {"beta": 1e301},
+                ((R, *s, R), s),
+                None,
+            ),
+            "complex128 addmm": (
+                aten.addmm.default,
+                (bias.to(c128), rows.to(c128), ones.to(c128)),
+                {},
+                ((R, *s, R), s),
+                ((*s, *s, R), s),
+            ),
+            "complex128 sum": (
+                aten.sum.default,
+                (sums.to(c128),),
+                {},
+                (s, avg),
+                (s, s),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, kwargs, wrong, right) in cases.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(judge(op, args, wrong, world_size, kwargs), False)
+                    if right is not None:
+                        self.assertIs(judge(op, args, right, world_size, kwargs), True)
+
     def test_exact_contraction(self):
         # The exact evaluation agrees with rational arithmetic, on pieces whose
         # terms cancel, with alpha, beta and a P(avg) divisor.
