@@ -12,6 +12,7 @@ shape), out takes the output spec as before.
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import (
     DTensor,
     init_device_mesh,
@@ -88,6 +89,25 @@ class OutVariantSpecIdentityTest(TestCase):
         self.assertIsNot(resized_out._spec, old_spec)
         self.assertEqual(resized_out._spec.tensor_meta.shape, torch.Size([4]))
         self.assertEqual(resized_out.to_local(), torch.full((4,), 8.0))
+
+    def test_out_on_an_equal_mesh_of_another_group_takes_the_inputs_mesh(self):
+        # DeviceMesh.__eq__ compares ranks, not process groups: an out on an
+        # equal mesh of another group must not keep its mesh, or its next
+        # collectives would run on that group (and the cached plan would hand
+        # that mesh to later outs).
+        side_mesh = DeviceMesh.from_group(dist.new_group([0, 1]), "cpu")
+        self.assertEqual(side_mesh, self.mesh)
+        x = self.dtensor(torch.ones(4, 8), Shard(0))
+        y = self.dtensor(torch.ones(4, 8), Shard(0))
+        side_out = DTensor.from_local(
+            torch.empty(4, 8), side_mesh, [Shard(0)], run_check=False
+        )
+        torch.add(x, y, out=side_out)
+        self.assertIs(side_out.device_mesh, self.mesh)
+        out = self.dtensor(torch.empty(4, 8), Shard(0))
+        torch.add(x, y, out=out)  # a cache hit
+        self.assertIs(out.device_mesh, self.mesh)
+        self.assertEqual(out.to_local(), torch.full((4, 8), 2.0))
 
 
 if __name__ == "__main__":
