@@ -213,6 +213,12 @@ def cases(meshes):
         ("copy_ P <- P", op(lambda x, y: x.copy_(y), n_inputs=2)),
         ("copy_ R <- R", op(lambda x, y: x.copy_(y), last=Replicate(), n_inputs=2)),
         ("P + R", replicate_plus(lambda x, r: x + r)),
+        ("P.add_(R)", replicate_plus(lambda x, r: x.add_(r))),
+        ("P + 0-dim int64", op(lambda x: x + torch.tensor(5))),
+        (
+            "maximum P(max) P(max)",
+            op(lambda x, y: torch.maximum(x, y), last=Partial("max"), n_inputs=2),
+        ),  # fmt: skip
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
         # norms and pooling
         ("vector_norm(2)", op(lambda x: torch.linalg.vector_norm(x))),

@@ -416,7 +416,12 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         x = wrap(i8)
         truth = torch.cumsum(reduced_value(x), 0, dtype=i32)
         zeros = torch.zeros_like(truth).tolist()
-        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+        # (the error names out's placement and what to do)
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"no valid sharding strategy.*placement \(Partial\(sum\),\) of out=.*"
+            r"Pass a Replicate out",
+        ):
             self._run_out(
                 lambda a, out: torch.cumsum(a, 0, out=out),
                 [self._dtensor(mesh, x)],
@@ -505,6 +510,27 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 self.assertEqual(out.placements, (Partial(reduce_op),))
                 truth = fn(reduced_value(x), reduced_value(y)).to(i8)
                 self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # uint8 and int8 operands: each rank's maximum lies in [0, 255] (its
+        # minimum in [-128, 127]), which a uint8 (an int8) out holds, whatever
+        # the int8 (uint8) operand's values: the Partial stays pending.
+        u = [[0, 200, 3]], [[7, 1, 3]]
+        s8 = [[-128, 127, -1]], [[100, -5, 4]]
+        for name, fn, reduce_op, x, y, out_dtype in [
+            ("maximum u8 P(max) i8 P(max)", torch.maximum, "max", u, s8, u8),
+            ("maximum u8 R i8 P(max)", torch.maximum, "max", None, s8, u8),
+            ("fmax u8 P(max) i8 P(max)", torch.fmax, "max", u, s8, u8),
+            ("minimum u8 P(min) i8 P(min)", torch.minimum, "min", u, s8, i8),
+        ]:
+            with self.subTest(name):
+                x = R(u8, u[0]) if x is None else P(u8, *x, reduce_op)
+                y = P(i8, *y, reduce_op)
+                zeros = [[0, 0, 0]]
+                out = self._dtensor(mesh, P(out_dtype, zeros, zeros, reduce_op))
+                ops = [self._dtensor(mesh, x), self._dtensor(mesh, y)]
+                self.assertEqual(self._run_out(fn, ops, out), 0)
+                self.assertEqual(out.placements, (Partial(reduce_op),))
+                truth = fn(reduced_value(x), reduced_value(y)).to(out_dtype)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
         # Not a selection: int8 + int32 wraps into the int8 out per rank, so
         # the Partial operand is reduced first (the Partial(max) out then
         # holds the same value on every rank).
@@ -564,6 +590,17 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             self.assertEqual(count, 0)
             self.assertEqual(out.placements, (Partial("avg"),))
             self.assertEqual(out.full_tensor(), torch.tensor(2.75, dtype=f16))
+        # A pointwise out= of float16 from float32 Replicate operands keeps the
+        # float16 Partial("avg") out, as mean.dtype_out does.
+        for name, fn in [("add", torch.add), ("mul", torch.mul), ("sub", torch.sub)]:
+            with self.subTest(f"{name} out=float16 P(avg)"):
+                a_f, b_f = R(f32, [1.5, 2.0, -3.0]), R(f32, [0.25, 4.0, 1.0])
+                out = self._dtensor(mesh, P(f16, [0.0] * 3, [0.0] * 3, "avg"))
+                ops = [self._dtensor(mesh, a_f), self._dtensor(mesh, b_f)]
+                self.assertEqual(self._run_out(fn, ops, out), 0)
+                self.assertEqual(out.placements, (Partial("avg"),))
+                truth = fn(reduced_value(a_f), reduced_value(b_f)).to(f16)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
         # index_fill with a plain 0-dim tensor value (an int64 Replicate)
         index = torch.tensor([1, 3])
         idx = DTensor.from_local(index, mesh, [Replicate()], run_check=False)
@@ -614,6 +651,84 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                     self.assertEqual(comm_mode.get_total_counts(), 0)
                     self.assertEqual(res.placements, (Partial(reduce_op),))
                     self.assertEqual(res.full_tensor(), truth, atol=0, rtol=0)
+
+    def test_a_replicate_operand_of_another_dtype_keeps_a_partial_sum(self):
+        # A Replicate operand (a DTensor or a plain 0-dim tensor) is split into
+        # a Partial("sum") whose conversion into the Partial operand's dtype is
+        # exact (an integer is kept whole on one rank, zeros on the others), so
+        # adding it keeps the pending sum with no collective: in place, out=,
+        # foreach and out of place (the first three raised, the last reduced).
+        mesh = self.build_device_mesh()
+        dtypes = (f32,) if dist.get_backend() == "gloo" else (f32, torch.bfloat16, f16)
+        xs = [1.5, 2.0, 3.0, 1.0], [0.5, -2.0, 1.0, 3.0]
+        IS = [1, 2, 3, 4], [5, 6, 7, 8]
+
+        def foreach_add_(x, y):
+            torch._foreach_add_([x], [y])
+            return x
+
+        cases = [
+            ("add_ 0-dim int64", lambda x, y: x.add_(y), torch.tensor(5)),
+            ("add_ 0-dim bool", lambda x, y: x.add_(y), torch.tensor(True)),
+            ("sub_ 0-dim float32", lambda x, y: x.sub_(y), torch.tensor(0.5)),
+            ("+ 0-dim int64", operator.add, torch.tensor(5)),
+            ("add_ int64 R", lambda x, y: x.add_(y), R(i64, [5, 1, 2, 3])),
+            ("- int64 R", operator.sub, R(i64, [5, 1, 2, 3])),
+            ("add(out=self) int32 R", lambda x, y: torch.add(x, y, out=x), None),
+            ("_foreach_add_ int64 R", foreach_add_, R(i64, [5, 1, 2, 3])),
+        ]
+        for dtype in dtypes:
+            for name, fn, other in cases:
+                if dtype == f16 and name == "sub_ 0-dim float32":
+                    continue  # float32 into float16 narrows the range: below
+                if other is None:
+                    other = R(i32, [5, 1, 2, 3])
+                with self.subTest(name, dtype=dtype):
+                    x = P(dtype, *xs)
+                    if isinstance(other, torch.Tensor):
+                        plain_other = dt_other = other
+                    else:
+                        plain_other = reduced_value(other)
+                        dt_other = self._dtensor(mesh, other)
+                    truth = fn(reduced_value(x), plain_other)
+                    t = self._dtensor(mesh, x)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        res = fn(t, dt_other)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(res.placements, (Partial(),))
+                    self.assertEqual(res.dtype, dtype)
+                    self.assertEqual(res.full_tensor(), truth)
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        # A float operand whose range the Partial's dtype does not hold is not
+        # split: float64 1e5 overflows float16, its halves (50000) do not, so
+        # the split reads finite values where the op gives -inf. Out of place
+        # the Partial is reduced first; in place it raises.
+        big = torch.tensor(1e5, dtype=torch.float64)
+        x = P(f16, *xs)
+        self._check(
+            mesh, "f16 P - 0-dim f64 1e5", lambda t: t - big, [x], Replicate(), 1
+        )
+        with self.assertRaisesRegex(RuntimeError, "in-place operations"):
+            self._dtensor(mesh, x).sub_(big)
+        # A Partial operand of another dtype is still reduced first: int8
+        # 100 + 100 wraps in the pending sum, not in int32; int64 rounds per
+        # rank into float32 (the in-place op, which cannot reduce its self,
+        # raises).
+        for name, fn, operands, collectives in [
+            (
+                "int8 P + int32 R",
+                operator.add,
+                [wrap(i8), R(i32, [[1, 2], [3, 4]])],
+                1,
+            ),
+            ("float32 P + int64 P", operator.add, [P(f32, *xs), P(i64, *IS)], 2),
+        ]:
+            with self.subTest(name):
+                self._check(mesh, name, fn, operands, Replicate(), collectives)
+        with self.assertRaisesRegex(RuntimeError, "in-place operations"):
+            self._dtensor(mesh, P(f32, *xs)).add_(self._dtensor(mesh, P(i64, *IS)))
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
