@@ -138,6 +138,31 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                 self.assertEqual(opt_mod(x), mod(x))
                 self.assertEqual(cnt.frame_count, 2)
 
+    def test_dict_contains_of_present_key_skip_guard_eval_unsafe(self):
+        # Where the value read stands in for the membership leaf, its accessor
+        # must stay in the guards that skip_guard_eval_unsafe evaluates.
+        class Obj:
+            pass
+
+        def fn(obj, x):
+            d = obj.__dict__
+            if "k" in d:
+                return x * d["k"]
+            return x - 1
+
+        obj = Obj()
+        x = torch.ones(2)
+        opt_fn = torch.compile(fn, backend="eager", fullgraph=True)
+        obj.k = 5.0
+        self.assertEqual(opt_fn(obj, x), fn(obj, x))
+        del obj.k
+        self.assertEqual(opt_fn(obj, x), fn(obj, x))
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            obj.k = 5.0
+            self.assertEqual(opt_fn(obj, x), fn(obj, x))
+            del obj.k
+            self.assertEqual(opt_fn(obj, x), fn(obj, x))
+
     def test_dict_key_written_by_frame_needs_no_guard(self):
         class Mod(torch.nn.Module):
             def forward(self, x):

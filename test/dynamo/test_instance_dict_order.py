@@ -87,6 +87,52 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
 
         self._check_same_as_eager(fn)
 
+    # A frame-start key that the frame deletes and then writes again moves to
+    # the end, as in eager. (The object's __dict__ after the frame still keeps
+    # such a key in its old place: the replay stores it without deleting it
+    # first, on stock too, so these compare the values the frame returns.)
+
+    def _check_values_same_as_eager(self, fn):
+        x = torch.ones(2)
+        expected = fn(x, _make_obj())
+        actual = torch.compile(fn, backend="eager", fullgraph=True)(x, _make_obj())
+        self.assertEqual(actual, expected)
+
+    def test_order_after_clear_and_update(self):
+        def fn(x, obj):
+            d = obj.__dict__
+            d.clear()
+            d.update({"c": 3.0, "b": 2.0, "a": 1.0})
+            return torch.cat([x * v for v in d.values()]), list(d)
+
+        self._check_values_same_as_eager(fn)
+
+    def test_order_after_pop_and_write_again(self):
+        def fn(x, obj):
+            d = obj.__dict__
+            for k in "cba":
+                d[k] = d.pop(k)
+            return torch.cat([x * v for v in d.values()]), list(d)
+
+        self._check_values_same_as_eager(fn)
+
+    def test_order_after_delete_and_write_again_one_key(self):
+        def fn(x, obj):
+            del obj.a
+            obj.a = 9.0
+            return torch.cat([x * v for v in obj.__dict__.values()])
+
+        self._check_values_same_as_eager(fn)
+
+    def test_order_after_delete_all_and_write_some_again(self):
+        def fn(x, obj):
+            del obj.a, obj.b, obj.c
+            obj.c = 1.0
+            obj.a = 2.0
+            return x * obj.__dict__.popitem()[1], list(obj.__dict__)
+
+        self._check_values_same_as_eager(fn)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
