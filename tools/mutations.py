@@ -538,6 +538,8 @@ def _constructed(name: str):
         return _constructed_review5(name[len("review5-") :])
     if name.startswith("review6-"):
         return _constructed_review6(name[len("review6-") :])
+    if name.startswith("review7-"):
+        return _constructed_review7(name[len("review7-") :])
     raise KeyError(name)
 
 
@@ -903,6 +905,42 @@ REVIEW5 = tuple(
     for op in ("addmm1e9", "addmm1e10", "baddbmm1e10")
 )  # fmt: skip
 
+
+def _constructed_review7(name: str):
+    """The samples of the cold review rev25f (its corpus entries review7-*): nonlinear
+    ops on values far below 1 (U(+-1e-3), scaled), and clamp/hardtanh(+-15) on
+    [-9, 9] with one 9.0, where splits scaled to the data (not |x| + 1) keep every
+    per-rank value small, or below the clip bound."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.split("-")[0], name.split("-")[-1]
+    dtype = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}[dt]
+    g = torch.Generator().manual_seed(1)
+    a = ((torch.rand(4, 4, generator=g, dtype=torch.float64) * 2 - 1) * 1e-3).to(dtype)
+    g2 = torch.Generator().manual_seed(2)
+    b = ((torch.rand(4, 4, generator=g2, dtype=torch.float64) * 2 - 1) * 1e-3).to(dtype)
+    if op == "mul1e3":
+        return aten.mul.Tensor, (a, b), {}
+    if op == "mm1e3":
+        return aten.mm.default, (a, b), {}
+    if op == "pow1e3":
+        return aten.pow.Tensor_Scalar, (a, 2), {}
+    if op == "sin1e2":
+        return aten.sin.default, (a * 10,), {}
+    if op == "silu1e3":
+        return aten.silu.default, (a,), {}
+    if op == "abs1e6":
+        return aten.abs.default, (a * 1e-3,), {}
+    if op in ("clamp15", "hardtanh15"):  # make_tensor-like [-9, 9] with one 9.0, bound 15
+        g3 = torch.Generator().manual_seed(3)
+        x = (torch.rand(4, 4, generator=g3, dtype=torch.float64) * 2 - 1) * 9
+        x[0, 0] = 9.0
+        f = aten.clamp.default if op == "clamp15" else aten.hardtanh.default
+        return f, (x.to(dtype), -15.0, 15.0), {}
+    raise KeyError(name)
+
+
 _R6 = "review rev25e: "
 _BAND = (
     "tolerance PR: the band of the op on the absolute per-rank values (no exact "
@@ -939,6 +977,30 @@ REVIEW6 = (
      "complex128 twin of rev25d's D1 passes at every world size"),
     ("review6-sumc128-sum-avg", "reduction", "complex128", (("P(sum)",), ("P(avg)",)),
      _R6 + "tolerance PR: a complex input skips the float64 recheck (stated)"),
+)  # fmt: skip
+
+_R7 = "review rev25f: "
+_OWN = (
+    "tolerance PR: P(sum)/P(avg) splits scaled to the data (no + 1), so the wrong "
+    "rule's error on small values falls below main's absolute tolerance"
+)
+_CLIP = (
+    "tolerance PR: splits scaled to the data keep every per-rank value below the "
+    "clip bound 15, which main's |x| + 1 split reaches"
+)
+
+# The cold review rev25f (after the fixes of rev25e).
+REVIEW7 = (
+    ("review7-mul1e3-sum-f32", "binary", "float32", (("P(sum)", "P(sum)"), ("P(sum)",)), _R7 + _OWN),
+    ("review7-mul1e3-sum-f64", "binary", "float64", (("P(sum)", "P(sum)"), ("P(sum)",)), _R7 + _OWN),
+    ("review7-mm1e3-sum-f32", "matmul", "float32", (("P(sum)", "P(sum)"), ("P(sum)",)), _R7 + _OWN),
+    ("review7-pow1e3-sum-f32", "binary", "float32", (("P(sum)",), ("P(sum)",)), _R7 + _OWN),
+    ("review7-sin1e2-sum-f64", "unary", "float64", (("P(sum)",), ("P(sum)",)), _R7 + _OWN),
+    ("review7-silu1e3-avg-f32", "unary", "float32", (("P(avg)",), ("P(avg)",)), _R7 + _OWN),
+    ("review7-abs1e6-sum-f32", "unary", "float32", (("P(sum)",), ("P(sum)",)), _R7 + _OWN),
+    ("review7-clamp15-sum-f32", "unary", "float32", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
+    ("review7-hardtanh15-sum-bf16", "unary", "bfloat16", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
+    ("review7-clamp15-sum-f64", "unary", "float64", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
 )  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -1019,6 +1081,7 @@ FOUND = (
     *REVIEW4,
     *REVIEW5,
     *REVIEW6,
+    *REVIEW7,
 )  # fmt: skip
 
 

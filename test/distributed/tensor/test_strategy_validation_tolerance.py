@@ -11,6 +11,7 @@ import torch.distributed.tensor._ops.strategy_validation as sv
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -541,6 +542,75 @@ class Float64RecheckTest(TestCase):
                         {"dtype": torch.float32},
                     )
                 )
+
+
+class StockSplitRecheckTest(TestCase):
+    """The float64 recheck splits P(sum)/P(avg) inputs as main does (offsets of
+    |x| + 1): a wrong nonlinear rule's error on small values, or a clipping bound
+    that only main's per-rank values reach, is not hidden by pieces scaled to the
+    data; a _NormPartial input keeps its norm split."""
+
+    def test_wrong_nonlinear_rules_on_small_values(self):
+        g = torch.Generator().manual_seed(0)
+        P, R = Partial, Replicate()
+        for dtype in (torch.float32, torch.float64):
+
+            def u(scale):
+                return ((torch.rand(6, 6, generator=g) * 2 - 1) * scale).to(dtype)
+
+            x, y = u(1e-3), u(1e-3)
+            mid = u(9.0)
+            mid[0, 0] = 9.0
+            cases = {
+                "mul": (
+                    aten.mul.Tensor,
+                    (x, y),
+                    {},
+                    (P("sum"), P("sum")),
+                    (P("sum"), R),
+                ),
+                "mm": (
+                    aten.mm.default,
+                    (x, y),
+                    {},
+                    (P("sum"), P("sum")),
+                    (P("sum"), R),
+                ),
+                "sin": (aten.sin.default, (u(1e-2),), {}, (P("sum"),), (Shard(0),)),
+                "silu": (aten.silu.default, (u(1e-3),), {}, (P("avg"),), (Shard(0),)),
+                "abs": (aten.abs.default, (u(1e-6),), {}, (P("sum"),), (Shard(0),)),
+                "clamp 15": (
+                    aten.clamp.default,
+                    (mid, -15.0, 15.0),
+                    {},
+                    (P("sum"),),
+                    (Shard(1),),
+                ),
+            }
+            for world_size in (2, 3):
+                for name, (op, args, kwargs, wrong_in, right_in) in cases.items():
+                    wrong = (wrong_in, (wrong_in[0],))
+                    right_out = (
+                        right_in[0] if isinstance(right_in[0], Shard) else P("sum")
+                    )
+                    right = (right_in, (right_out,))
+                    with self.subTest(name, dtype=dtype, world_size=world_size):
+                        self.assertIs(judge(op, args, wrong, world_size, kwargs), False)
+                        self.assertIs(judge(op, args, right, world_size, kwargs), True)
+
+    def test_norm_partial_rules_keep_the_norm_split(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(4, 4, generator=g) + 0.5  # non-negative, as a norm is
+        for p in (1, 3):
+            rule = ((_NormPartial(p),), (_NormPartial(p),))
+            for world_size in (2, 3):
+                with self.subTest(p=p, world_size=world_size):
+                    self.assertIs(
+                        judge(aten.clone.default, (x,), rule, world_size), True
+                    )
+                    self.assertIs(
+                        judge(aten.mul.Tensor, (x, 2.0), rule, world_size), True
+                    )
 
 
 if __name__ == "__main__":
