@@ -81,55 +81,51 @@ EXPECTED_NAMES = {
 }
 
 
-def absent_key_checks(fn):
-    """Leaves holding `not ___dict_contains(name, ...)` checks in the guards of fn's
-    only cache entry: (guard manager source, leaf type, names) per leaf."""
+def guard_managers(fn):
+    """Every guard manager in the guards of fn's only cache entry, depth first."""
     [entry] = _debug_get_cache_entry_list(fn.__code__)
-    found = []
+    stack = [entry.guard_manager.root]
+    while stack:
+        mgr = stack.pop()
+        yield mgr
+        stack.extend(mgr.get_child_managers())
+        if hasattr(mgr, "get_key_value_managers"):
+            for pair in mgr.get_key_value_managers().values():
+                stack.extend(m for m in pair if m is not None)
 
-    def walk(mgr):
+
+def dict_contains_parts(fn, prefix):
+    """(guard manager, leaf, names) for each leaf whose code parts start with
+    ``prefix`` (a `___dict_contains(` check), the names being the keys checked."""
+    for mgr in guard_managers(fn):
         for leaf in mgr.get_leaf_guards():
             names = [
                 part.split("(", 1)[1].split(",", 1)[0].strip("'\"")
                 for part in leaf.verbose_code_parts()
-                if part.startswith("not ___dict_contains(")
+                if part.startswith(prefix)
             ]
             if names:
-                found.append((mgr.get_source(), type(leaf).__name__, names))
-        children = list(mgr.get_child_managers())
-        if hasattr(mgr, "get_key_value_managers"):
-            for pair in mgr.get_key_value_managers().values():
-                children += [m for m in pair if m is not None]
-        for child in children:
-            walk(child)
+                yield mgr, leaf, names
 
-    walk(entry.guard_manager.root)
-    return found
+
+def absent_key_checks(fn):
+    """Leaves holding `not ___dict_contains(name, ...)` checks in the guards of fn's
+    only cache entry: (guard manager source, leaf type, names) per leaf."""
+    return [
+        (mgr.get_source(), type(leaf).__name__, names)
+        for mgr, leaf, names in dict_contains_parts(fn, "not ___dict_contains(")
+    ]
 
 
 def present_key_checks_on_module_dicts(fn):
     """`___dict_contains(name, <...>.__dict__)` leaves (a present key) in the guards
     of fn's only cache entry: (guard manager source, name) per check."""
-    [entry] = _debug_get_cache_entry_list(fn.__code__)
-    found = []
-
-    def walk(mgr):
-        for leaf in mgr.get_leaf_guards():
-            found.extend(
-                (mgr.get_source(), part.split("(", 1)[1].split(",", 1)[0])
-                for part in leaf.verbose_code_parts()
-                if part.startswith("___dict_contains(")
-                and mgr.get_source().endswith(".__dict__")
-            )
-        children = list(mgr.get_child_managers())
-        if hasattr(mgr, "get_key_value_managers"):
-            for pair in mgr.get_key_value_managers().values():
-                children += [m for m in pair if m is not None]
-        for child in children:
-            walk(child)
-
-    walk(entry.guard_manager.root)
-    return found
+    return [
+        (mgr.get_source(), name)
+        for mgr, _, names in dict_contains_parts(fn, "___dict_contains(")
+        if mgr.get_source().endswith(".__dict__")
+        for name in names
+    ]
 
 
 class _StandInCodeParts(list):
