@@ -10,7 +10,8 @@ import torch._dynamo.test_case
 import torch._dynamo.testing
 import torch.nn.functional as F
 from torch._C._dynamo.guards import GuardManager
-from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+from test_modules_dict_shadow import guard_managers  # the shadow guard PR's test file
 
 
 DIM = 4
@@ -79,19 +80,6 @@ EXPECTED_NAMES = {
     torch.nn.Linear: {"forward", "weight", "bias"},
     torch.nn.RMSNorm: {"forward", "weight"},
 }
-
-
-def guard_managers(fn):
-    """Every guard manager in the guards of fn's only cache entry, depth first."""
-    [entry] = _debug_get_cache_entry_list(fn.__code__)
-    stack = [entry.guard_manager.root]
-    while stack:
-        mgr = stack.pop()
-        yield mgr
-        stack.extend(mgr.get_child_managers())
-        if hasattr(mgr, "get_key_value_managers"):
-            for pair in mgr.get_key_value_managers().values():
-                stack.extend(m for m in pair if m is not None)
 
 
 def dict_contains_parts(fn, prefix):

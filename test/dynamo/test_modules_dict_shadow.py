@@ -8,6 +8,21 @@ import torch
 import torch._dynamo.test_case
 import torch._dynamo.testing
 import torch.nn.functional as F
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+
+def guard_managers(fn):
+    """Every guard manager in the guards of fn's only cache entry, depth first
+    (test_module_dict_guard_count.py imports it from here)."""
+    [entry] = _debug_get_cache_entry_list(fn.__code__)
+    stack = [entry.guard_manager.root]
+    while stack:
+        mgr = stack.pop()
+        yield mgr
+        stack.extend(mgr.get_child_managers())
+        if hasattr(mgr, "get_key_value_managers"):
+            for pair in mgr.get_key_value_managers().values():
+                stack.extend(m for m in pair if m is not None)
 
 
 class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
@@ -211,7 +226,6 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
         guard manager, one check per name read through __getattr__ (and `forward`),
         with no duplicates: a deep model gets exactly the (module, name) pairs it
         reads."""
-        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         class Block(torch.nn.Module):
             def __init__(self):
@@ -235,10 +249,8 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
         blocks = 8
         mod = Model(blocks)
         torch.compile(mod, backend="eager")(torch.randn(2, 4))
-        [entry] = _debug_get_cache_entry_list(Model.forward.__code__)
         checks = {}  # __dict__ manager source -> names checked absent
-
-        def walk(mgr):
+        for mgr in guard_managers(Model.forward):
             for leaf in mgr.get_leaf_guards():
                 # one leaf per name, or one leaf holding all of them where the
                 # guard manager merges them (DICT_NOT_CONTAINS_KEYS)
@@ -249,14 +261,6 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                     names = checks.setdefault(mgr.get_source(), [])
                     self.assertNotIn(name, names)  # no duplicate check
                     names.append(name)
-            children = list(mgr.get_child_managers())
-            if hasattr(mgr, "get_key_value_managers"):
-                for pair in mgr.get_key_value_managers().values():
-                    children += [m for m in pair if m is not None]
-            for child in children:
-                walk(child)
-
-        walk(entry.guard_manager.root)
         # one __dict__ with checks per module: the root (whose forward is the
         # frame itself), layers, and per block the block, norm and proj
         self.assertEqual(len(checks), 2 + 3 * blocks)
