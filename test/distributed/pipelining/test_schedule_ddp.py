@@ -21,6 +21,10 @@ parameter of a shared module that the reducing backward does not reach (marked
 ready with a zero gradient): a sparse embedding stays sparse and right, and the
 parameter's own hooks are called once more (pinned).
 
+test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
+per replica, every stage DDP with the default options, under the same schedules
+and Schedule1F1B: the same gradient, once-per-bucket and overlap checks.
+
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
 reduces in that step as it did before, the right sum after the next), manual
@@ -62,6 +66,7 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     _Action,
     _PipelineScheduleRuntime,
+    Schedule1F1B,
     ScheduleDualPipeV,
     ScheduleInterleaved1F1B,
     ScheduleInterleavedZeroBubble,
@@ -889,6 +894,106 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                 with self.subTest(case=case, schedule=schedule_cls.__name__):
                     self._usage_step(case, schedule_cls, *groups)
                 dist.barrier()
+        dist.destroy_process_group()
+
+
+# (dp, pp) = (2, 2) on four ranks: schedule -> stages per pipeline rank and
+# whether they are placed in a V (pipeline rank r holds stages r and
+# 2 * pp - 1 - r) or looped (r, r + pp, ...).
+PP2_SCHEDULES = {
+    ScheduleZBVZeroBubble: (2, "v"),
+    ScheduleDualPipeV: (2, "v"),
+    ScheduleInterleavedZeroBubble: (2, "loop"),
+    ScheduleInterleaved1F1B: (2, "loop"),
+    Schedule1F1B: (1, "loop"),
+}
+
+
+class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
+    @property
+    def world_size(self) -> int:
+        return 4
+
+    def test_ddp_stages_dp2_pp2(self):
+        # (dp, pp) = (2, 2): two pipeline ranks per data-parallel replica, every
+        # stage DDP (default options) over its two replicas. For two steps,
+        # every rank's gradients equal the float64 single-process reference
+        # averaged over the replicas, each bucket is handed to the comm hook
+        # once per step, and from the second step on (one parameter per
+        # bucket) the first bucket's all-reduce starts before the stage's last
+        # gradient accumulation.
+        self.init_gloo()
+        dp, pp = 2, 2
+        mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        dp_rank, pp_rank = mesh.get_local_rank("dp"), mesh.get_local_rank("pp")
+        for schedule_cls, (per_rank, placement) in PP2_SCHEDULES.items():
+            n_stages = per_rank * pp
+            layout = (
+                [pp_rank, n_stages - 1 - pp_rank]
+                if placement == "v"
+                else list(range(pp_rank, n_stages, pp))
+            )
+            with self.subTest(schedule=schedule_cls.__name__):
+                modules = build(n_stages)
+                events = []  # ("acc", stage, name) and ("comm", stage, bucket)
+                stages = []
+                for i in layout:
+                    ddp = recording_ddp(modules[i], dp_group, events, ("comm", i))
+                    for name, p in modules[i].named_parameters():
+                        p.register_post_accumulate_grad_hook(
+                            lambda p, i=i, name=name: events.append(("acc", i, name))
+                        )
+                    stages.append(
+                        PipelineStage(
+                            ddp, i, n_stages, torch.device("cpu"), group=pp_group
+                        )
+                    )
+                schedule = schedule_cls(
+                    stages if per_rank > 1 else stages[0],
+                    n_microbatches=N_MICROBATCHES,
+                    loss_fn=loss_fn,
+                )
+                for step in range(N_STEPS):
+                    events.clear()
+                    x, y = data(step, dp_rank)
+                    kwargs = {"target": y} if n_stages - 1 in layout else {}
+                    if 0 in layout:
+                        schedule.step(x, **kwargs)
+                    else:
+                        schedule.step(**kwargs)
+                    reference = reference_grads(build(n_stages), step, dp)
+                    for i in layout:
+                        msg = f"{schedule_cls.__name__}, step {step}, stage {i}"
+                        for (name, p), ref in zip(
+                            modules[i].named_parameters(),
+                            reference[i].parameters(),
+                            strict=True,
+                        ):
+                            torch.testing.assert_close(
+                                p.grad, ref.grad, msg=f"{msg} {name}"
+                            )
+                            p.grad = None
+                        mine = [e[:3] for e in events if e[1] == i]
+                        n_buckets = assert_each_bucket_once(
+                            self,
+                            [
+                                (e[2], e[3])
+                                for e in events
+                                if e[0] == "comm" and e[1] == i
+                            ],
+                            modules[i],
+                            f"{msg} {mine}",
+                        )
+                        if step == 0:
+                            continue  # before DDP rebuilt its buckets
+                        self.assertEqual(n_buckets, 2, msg=msg)
+                        first_comm = next(
+                            k for k, e in enumerate(mine) if e[0] == "comm"
+                        )
+                        last_acc = max(k for k, e in enumerate(mine) if e[0] == "acc")
+                        self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
+            dist.barrier()
         dist.destroy_process_group()
 
 
