@@ -10,8 +10,11 @@ the stage's last gradient is accumulated (the all-reduce overlaps the rest of th
 backward). DDP options that a split last backward cannot support raise the same
 clear error on every rank before any communication, also at (dp, pp) = (1, 2) where
 only one rank holds the split stages; find_unused_parameters works under
-ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused). DDP mixed precision runs only where
-an accelerator is available (DDP casts parameters on an accelerator stream).
+ScheduleDualPipeV with every stage on one rank (each stage's last backward is fused).
+DDP mixed precision is not covered: DDP's constructor needs an accelerator for it,
+and DDP alone raises "Expected to mark a variable ready only once" in a backward
+after several forwards with it (it registers its reducer hooks at every forward),
+which every schedule with several micro-batches does.
 
 The same checks run for DDP's Python reducer (values only), for two stages on
 the rank that share one DDP module (reduced once, in the later of their last
@@ -20,6 +23,10 @@ schedule's compute+comms CSV. test_ddp_shared_module_zero_gradient_pass covers a
 parameter of a shared module that the reducing backward does not reach (marked
 ready with a zero gradient): a sparse embedding stays sparse and right, and the
 parameter's own hooks are called once more (pinned).
+
+test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
+per replica, every stage DDP with the default options, under the same schedules
+and Schedule1F1B: the same gradient, once-per-bucket and overlap checks.
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -62,13 +69,13 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     _Action,
     _PipelineScheduleRuntime,
+    Schedule1F1B,
     ScheduleDualPipeV,
     ScheduleInterleaved1F1B,
     ScheduleInterleavedZeroBubble,
     ScheduleZBVZeroBubble,
 )
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.parallel.distributed import _MixedPrecision
 from torch.testing._internal.common_utils import run_tests
 
 DP = 2
@@ -90,13 +97,6 @@ CONFIGS = {
     # .grad from an earlier step (it is not taken as used).
     "unused_parameter": {},
     "unused_parameter_stale_grad": {},
-    "mixed_precision": {
-        "mixed_precision": _MixedPrecision(
-            param_dtype=torch.float32,
-            reduce_dtype=torch.float64,
-            buffer_dtype=torch.float64,
-        )
-    },
     # DDP's Python reducer (torch._dynamo.config.optimize_ddp), which refuses
     # manual finalization: W reduces with DDP's own finalization then.
     "python_reducer": {},
@@ -206,7 +206,7 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
         events = []  # ("acc", stage, name) and ("comm", stage, bucket), in order
         stages = []
         # DDP's Python reducer takes no bucket comm hook: values only.
-        values_only = config in ("mixed_precision", "python_reducer")
+        values_only = config == "python_reducer"
         # A stage whose module an earlier stage has: the same DDP instance, and
         # its events and gradients are that stage's.
         repeated = {i for i in range(n_stages) if modules[i] in modules[:i]}
@@ -220,8 +220,7 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
             with torch._dynamo.config.patch(
                 optimize_ddp="python_reducer" if config == "python_reducer" else True
             ):
-                # No comm hook for values_only (DDP registers its own hook
-                # for mixed precision).
+                # No comm hook for values_only.
                 ddp = recording_ddp(
                     module,
                     dp_group,
@@ -321,8 +320,6 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         groups = mesh.get_group("dp"), mesh.get_group("pp")
         for config in CONFIGS:
-            if config == "mixed_precision" and not torch.accelerator.is_available():
-                continue  # DDP mixed precision needs an accelerator stream
             for schedule_cls in SCHEDULES:
                 if config == "static_graph" and schedule_cls not in SPLIT:
                     # Fused backward with static_graph: a defect of its own (the
@@ -889,6 +886,106 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                 with self.subTest(case=case, schedule=schedule_cls.__name__):
                     self._usage_step(case, schedule_cls, *groups)
                 dist.barrier()
+        dist.destroy_process_group()
+
+
+# (dp, pp) = (2, 2) on four ranks: schedule -> stages per pipeline rank and
+# whether they are placed in a V (pipeline rank r holds stages r and
+# 2 * pp - 1 - r) or looped (r, r + pp, ...).
+PP2_SCHEDULES = {
+    ScheduleZBVZeroBubble: (2, "v"),
+    ScheduleDualPipeV: (2, "v"),
+    ScheduleInterleavedZeroBubble: (2, "loop"),
+    ScheduleInterleaved1F1B: (2, "loop"),
+    Schedule1F1B: (1, "loop"),
+}
+
+
+class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
+    @property
+    def world_size(self) -> int:
+        return 4
+
+    def test_ddp_stages_dp2_pp2(self):
+        # (dp, pp) = (2, 2): two pipeline ranks per data-parallel replica, every
+        # stage DDP (default options) over its two replicas. For two steps,
+        # every rank's gradients equal the float64 single-process reference
+        # averaged over the replicas, each bucket is handed to the comm hook
+        # once per step, and from the second step on (one parameter per
+        # bucket) the first bucket's all-reduce starts before the stage's last
+        # gradient accumulation.
+        self.init_gloo()
+        dp, pp = 2, 2
+        mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        dp_rank, pp_rank = mesh.get_local_rank("dp"), mesh.get_local_rank("pp")
+        for schedule_cls, (per_rank, placement) in PP2_SCHEDULES.items():
+            n_stages = per_rank * pp
+            layout = (
+                [pp_rank, n_stages - 1 - pp_rank]
+                if placement == "v"
+                else list(range(pp_rank, n_stages, pp))
+            )
+            with self.subTest(schedule=schedule_cls.__name__):
+                modules = build(n_stages)
+                events = []  # ("acc", stage, name) and ("comm", stage, bucket)
+                stages = []
+                for i in layout:
+                    ddp = recording_ddp(modules[i], dp_group, events, ("comm", i))
+                    for name, p in modules[i].named_parameters():
+                        p.register_post_accumulate_grad_hook(
+                            lambda p, i=i, name=name: events.append(("acc", i, name))
+                        )
+                    stages.append(
+                        PipelineStage(
+                            ddp, i, n_stages, torch.device("cpu"), group=pp_group
+                        )
+                    )
+                schedule = schedule_cls(
+                    stages if per_rank > 1 else stages[0],
+                    n_microbatches=N_MICROBATCHES,
+                    loss_fn=loss_fn,
+                )
+                for step in range(N_STEPS):
+                    events.clear()
+                    x, y = data(step, dp_rank)
+                    kwargs = {"target": y} if n_stages - 1 in layout else {}
+                    if 0 in layout:
+                        schedule.step(x, **kwargs)
+                    else:
+                        schedule.step(**kwargs)
+                    reference = reference_grads(build(n_stages), step, dp)
+                    for i in layout:
+                        msg = f"{schedule_cls.__name__}, step {step}, stage {i}"
+                        for (name, p), ref in zip(
+                            modules[i].named_parameters(),
+                            reference[i].parameters(),
+                            strict=True,
+                        ):
+                            torch.testing.assert_close(
+                                p.grad, ref.grad, msg=f"{msg} {name}"
+                            )
+                            p.grad = None
+                        mine = [e[:3] for e in events if e[1] == i]
+                        n_buckets = assert_each_bucket_once(
+                            self,
+                            [
+                                (e[2], e[3])
+                                for e in events
+                                if e[0] == "comm" and e[1] == i
+                            ],
+                            modules[i],
+                            f"{msg} {mine}",
+                        )
+                        if step == 0:
+                            continue  # before DDP rebuilt its buckets
+                        self.assertEqual(n_buckets, 2, msg=msg)
+                        first_comm = next(
+                            k for k, e in enumerate(mine) if e[0] == "comm"
+                        )
+                        last_acc = max(k for k, e in enumerate(mine) if e[0] == "acc")
+                        self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
+            dist.barrier()
         dist.destroy_process_group()
 
 
