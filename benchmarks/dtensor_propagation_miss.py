@@ -42,6 +42,7 @@ import contextlib
 import functools
 import gc
 import json
+import operator
 import statistics
 import sys
 import tempfile
@@ -118,6 +119,17 @@ def cases(meshes):
 
         return make
 
+    def mixed(fn, specs):
+        # one DTensor per (last placement, dtype) in specs, passed in that order
+        def make(mesh):
+            def setup():
+                xs = [dtensor(mesh, last, dtype) for last, dtype in specs]
+                return lambda: fn(*xs)
+
+            return setup
+
+        return make
+
     def index_select(x):
         index = DTensor.from_local(
             torch.tensor([1, 0]), x.device_mesh, [Replicate()] * x.ndim, run_check=False
@@ -145,6 +157,7 @@ def cases(meshes):
 
     aten, prims = torch.ops.aten, torch.ops.prims
     f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
+    i8, u8 = torch.int8, torch.uint8
     product, bxor = Partial("product"), Partial("bxor")
     rows = [
         # casts and view(dtype)
@@ -218,6 +231,29 @@ def cases(meshes):
         (
             "maximum P(max) P(max)",
             op(lambda x, y: torch.maximum(x, y), last=Partial("max"), n_inputs=2),
+        ),  # fmt: skip
+        ("rsub(P, int64 R)", mixed(torch.rsub, [(Partial(), f32), (Replicate(), i64)])),
+        ("P - int64 R", mixed(operator.sub, [(Partial(), f32), (Replicate(), i64)])),
+        (
+            "div(int32 R, int32 R, out=P(avg))",
+            mixed(
+                lambda a, b, out: torch.div(a, b, out=out),
+                [(Replicate(), i32), (Replicate(), i32), (Partial("avg"), f32)],
+            ),
+        ),  # fmt: skip
+        (
+            "maximum(uint8 R, int8 P(min), out=uint8 P(min))",
+            mixed(
+                lambda a, b, out: torch.maximum(a, b, out=out),
+                [(Replicate(), u8), (Partial("min"), i8), (Partial("min"), u8)],
+            ),
+        ),  # fmt: skip
+        (
+            "maximum(uint8 P(max), int8 P(max), out=uint8 P(max))",
+            mixed(
+                lambda a, b, out: torch.maximum(a, b, out=out),
+                [(Partial("max"), u8), (Partial("max"), i8), (Partial("max"), u8)],
+            ),
         ),  # fmt: skip
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
         # norms and pooling

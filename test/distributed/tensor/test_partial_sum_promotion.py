@@ -520,10 +520,14 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             ("maximum u8 R i8 P(max)", torch.maximum, "max", None, s8, u8),
             ("fmax u8 P(max) i8 P(max)", torch.fmax, "max", u, s8, u8),
             ("minimum u8 P(min) i8 P(min)", torch.minimum, "min", u, s8, i8),
+            # the other direction's rules: max(c, min_k a_k) = min_k max(c, a_k)
+            # lies in [0, 255] on every rank too
+            ("maximum u8 R i8 P(min)", torch.maximum, "min", None, s8, u8),
+            ("minimum u8 P(max) i8 R", torch.minimum, "max", u, None, i8),
         ]:
             with self.subTest(name):
                 x = R(u8, u[0]) if x is None else P(u8, *x, reduce_op)
-                y = P(i8, *y, reduce_op)
+                y = R(i8, s8[0]) if y is None else P(i8, *y, reduce_op)
                 zeros = [[0, 0, 0]]
                 out = self._dtensor(mesh, P(out_dtype, zeros, zeros, reduce_op))
                 ops = [self._dtensor(mesh, x), self._dtensor(mesh, y)]
@@ -601,6 +605,31 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 self.assertEqual(out.placements, (Partial("avg"),))
                 truth = fn(reduced_value(a_f), reduced_value(b_f)).to(f16)
                 self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # Integer and bool true division computes in float32: a float32
+        # Partial("avg") out is the same quotient on every rank (it raised:
+        # the integer Partial("avg") input rule was dropped and no rule from
+        # Replicate inputs was added, the out having the computed dtype).
+        for dtype in (i32, B):
+            with self.subTest("div out=float32 P(avg)", dtype=dtype):
+                a_i, b_i = R(dtype, [1, 7, 1]), R(dtype, [3, 2, 1])
+                out = self._dtensor(mesh, P(f32, [0.0] * 3, [0.0] * 3, "avg"))
+                ops = [self._dtensor(mesh, a_i), self._dtensor(mesh, b_i)]
+                self.assertEqual(self._run_out(torch.div, ops, out), 0)
+                self.assertEqual(out.placements, (Partial("avg"),))
+                truth = torch.div(reduced_value(a_i), reduced_value(b_i))
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # Where no rule gives out's placement from Replicate inputs, the
+        # error does not ask to redistribute them.
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"placement \(Partial\(sum\),\) of out=: no rule of the op gives "
+            r"that placement from Replicate inputs.*Pass a Replicate out\.",
+        ):
+            self._run_out(
+                lambda a, out: torch.cumsum(a, 0, out=out),
+                [self._dtensor(mesh, R(i8, [100, 100]))],
+                self._dtensor(mesh, P(i32, [0, 0], [0, 0])),
+            )
         # index_fill with a plain 0-dim tensor value (an int64 Replicate)
         index = torch.tensor([1, 3])
         idx = DTensor.from_local(index, mesh, [Replicate()], run_check=False)
@@ -676,6 +705,20 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             ("- int64 R", operator.sub, R(i64, [5, 1, 2, 3])),
             ("add(out=self) int32 R", lambda x, y: torch.add(x, y, out=x), None),
             ("_foreach_add_ int64 R", foreach_add_, R(i64, [5, 1, 2, 3])),
+            # rsub(x, y) is y - x: sub's rules with the operands swapped (it
+            # went through its decomposition, a cast then sub, and reduced)
+            ("rsub 0-dim int64", torch.rsub, torch.tensor(5)),
+            ("rsub int64 R", torch.rsub, R(i64, [5, 1, 2, 3])),
+            (
+                "rsub(int64 R, P) alpha=2",
+                lambda x, y: torch.rsub(y, x, alpha=2),
+                R(i64, [5, 1, 2, 3]),
+            ),
+            (
+                "rsub.Tensor_out(out=self) int64 R",
+                lambda x, y: torch.ops.aten.rsub.Tensor_out(x, y, out=x),
+                R(i64, [5, 1, 2, 3]),
+            ),
         ]
         for dtype in dtypes:
             for name, fn, other in cases:
@@ -724,6 +767,7 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 1,
             ),
             ("float32 P + int64 P", operator.add, [P(f32, *xs), P(i64, *IS)], 2),
+            ("rsub(float32 P, int64 P)", torch.rsub, [P(f32, *xs), P(i64, *IS)], 2),
         ]:
             with self.subTest(name):
                 self._check(mesh, name, fn, operands, Replicate(), collectives)
