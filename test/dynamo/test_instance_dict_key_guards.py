@@ -8,6 +8,14 @@ import torch._dynamo.testing
 from torch._dynamo.testing import CompileCounter
 
 
+def _value_of(first):
+    # The first key listed (or its (key, value) item, or its value), as a value
+    # that tells them apart.
+    if isinstance(first, tuple):
+        first = first[0]
+    return first if isinstance(first, float) else {"a": 2.0, "b": 3.0}[first]
+
+
 class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
     # Whether a key is in an object's __dict__ when the frame starts is an input
     # of the frame: a compiled `name in obj.__dict__`, `obj.__dict__.get(name)` or
@@ -302,6 +310,182 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                 obj.b = 3
                 self.assertEqual(fn(x), x * 2)
                 self.assertEqual(cnt.frame_count, 2)
+
+    # Same keys, another order: what code outside the frame does with
+    # `v = obj.a; del obj.a; obj.a = v` (reparametrizing a module, functional_call).
+    # Each form lists the keys (or a value) of d; the first one listed decides
+    # the result.
+    ORDER_FORMS = {
+        "list(d)": lambda d: list(d),
+        "next(iter(d))": lambda d: [next(iter(d))],
+        "next(reversed(d))": lambda d: [next(reversed(d))],
+        "list(d.keys())": lambda d: list(d.keys()),
+        "comprehension": lambda d: [str(k) for k in d],
+        "[*d]": lambda d: [*d],
+        "tuple(d)": lambda d: tuple(d),
+        "list(d.items())": lambda d: list(d.items()),
+        "list(d.values())": lambda d: list(d.values()),
+        "d.copy()": lambda d: list(d.copy()),
+        "dict(d)": lambda d: list(dict(d)),
+        "dict.fromkeys(d)": lambda d: list(dict.fromkeys(d)),
+        "str(list(d.keys()))": lambda d: str(list(d.keys()))[2:],
+        "d.popitem()": lambda d: d.popitem(),
+    }
+
+    def test_dict_enumerate_follows_key_order(self):
+        # Listing the keys, or popping the last one, answers in the order the
+        # keys have when the frame starts: a reorder with the same keys must
+        # not reuse the graph traced for the old order.
+        class Obj:
+            pass
+
+        def reorder(obj):
+            v = obj.a
+            del obj.a
+            obj.a = v
+
+        for form, read in self.ORDER_FORMS.items():
+            with self.subTest(form=form):
+                torch._dynamo.reset()
+                cnt = CompileCounter()
+
+                def fn(obj, x):
+                    return x * _value_of(read(vars(obj))[0])
+
+                opt_fn = torch.compile(fn, backend=cnt, fullgraph=True)
+                eager_obj, compiled_obj = Obj(), Obj()
+                x = torch.ones(1)
+                for call in range(3):
+                    for obj in (eager_obj, compiled_obj):
+                        obj.__dict__.setdefault("a", 2.0)  # back after popitem
+                        obj.__dict__.setdefault("b", 3.0)
+                        if call == 1:
+                            reorder(obj)
+                    self.assertEqual(
+                        opt_fn(compiled_obj, x), fn(eager_obj, x), f"call {call}"
+                    )
+                    self.assertEqual(list(vars(compiled_obj)), list(vars(eager_obj)))
+                self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_module_lists_its_keys_after_reparametrize(self):
+        # A module whose forward lists its own __dict__, with an attribute
+        # deleted and set again outside (the reparametrize idiom).
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first_scale = 2.0
+                self.second_scale = 3.0
+
+            def forward(self, x):
+                scales = [v for k, v in self.__dict__.items() if k.endswith("scale")]
+                return x * scales[0]
+
+        mod = Mod()
+        cnt = CompileCounter()
+        opt_mod = torch.compile(mod, backend=cnt, fullgraph=True)
+        x = torch.ones(2)
+        self.assertEqual(opt_mod(x), x * 2)
+        v = mod.first_scale
+        del mod.first_scale
+        mod.first_scale = v
+        self.assertEqual(mod(x), x * 3)
+        self.assertEqual(opt_mod(x), x * 3)
+        self.assertEqual(cnt.frame_count, 2)
+
+    def test_dict_order_free_reads_do_not_guard_the_order(self):
+        # Pins what guards the order and what does not. Key reads (`in`, get,
+        # `[name]`) and len() do not depend on the order and do not recompile
+        # on a reorder. sorted(d) does not depend on it either, but it lists
+        # the keys like the order-dependent forms and recompiles once (a known
+        # limit: the tracker of __dict__ cannot tell which consumer keeps the
+        # order).
+        class Obj:
+            pass
+
+        reads = {
+            "in": (lambda d: 2.0 if "a" in d else 0.0, 1),
+            "get": (lambda d: d.get("a", 0.0) + d.get("c", 0.0), 1),
+            "getitem": (lambda d: d["b"], 1),
+            "len(d)": (lambda d: float(len(d)), 1),
+            "sorted(d)": (lambda d: _value_of("".join(sorted(d))[0]), 2),
+        }
+        for form, (read, frames) in reads.items():
+            with self.subTest(form=form):
+                torch._dynamo.reset()
+                obj = Obj()
+                obj.a, obj.b = 2.0, 3.0
+                cnt = CompileCounter()
+
+                @torch.compile(backend=cnt, fullgraph=True)
+                def fn(x):
+                    return x * read(obj.__dict__)
+
+                x = torch.ones(1)
+                expected = x * read(obj.__dict__)
+                self.assertEqual(fn(x), expected)
+                v = obj.a
+                del obj.a
+                obj.a = v
+                self.assertEqual(fn(x), expected)
+                self.assertEqual(fn(x), expected)
+                self.assertEqual(cnt.frame_count, frames)
+
+    def test_dict_key_order_guarded_only_where_keys_are_listed(self):
+        # Only a frame that lists the keys guards their order: its __dict__
+        # guard manager becomes a DictGuardManager, with one key manager per
+        # key. Key reads (`in`, get, `[name]`) and len() add no leaf for it.
+        from torch._C._dynamo.guards import DictGuardManager
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        def dunder_dict_manager(fn):
+            [entry] = _debug_get_cache_entry_list(fn.__code__)
+            stack, found = [entry.guard_manager.root], []
+            while stack:
+                mgr = stack.pop()
+                stack.extend(mgr.get_child_managers())
+                if mgr.get_source().endswith(".__dict__"):
+                    found.append(mgr)
+            [mgr] = found
+            return mgr
+
+        class Obj:
+            pass
+
+        obj = Obj()
+        obj.a, obj.b = 2.0, 3.0
+
+        def reads_keys(x):
+            scale = obj.__dict__["b"] + obj.__dict__.get("c", 0.0)
+            return x * scale if "a" in obj.__dict__ else x
+
+        def counts_keys(x):
+            return x * len(obj.__dict__)
+
+        def lists_keys(x):
+            keys = list(obj.__dict__)
+            return x * obj.__dict__[keys[0]]
+
+        for fn, ordered, leaves in (
+            # one leaf, for the absent key "c" (the present keys are checked
+            # by the accessors of their values)
+            (reads_keys, False, ["DICT_CONTAINS"]),
+            # the length
+            (counts_keys, False, ["DICT_LENGTH"]),
+            (lists_keys, True, None),
+        ):
+            with self.subTest(fn.__name__):
+                torch._dynamo.reset()
+                torch.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+                mgr = dunder_dict_manager(fn)
+                self.assertEqual(isinstance(mgr, DictGuardManager), ordered)
+                if leaves is not None:
+                    kinds = sorted(
+                        type(leaf).__name__ for leaf in mgr.get_leaf_guards()
+                    )
+                    self.assertEqual(kinds, leaves)
+                if ordered:
+                    # a key manager per key, in the order seen
+                    self.assertEqual(len(mgr.get_key_value_managers()), 2)
 
     def test_dict_getitem_of_missing_key_in_try(self):
         # `obj.__dict__[name]` of a missing key raises KeyError; the frame that

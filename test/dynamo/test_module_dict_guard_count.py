@@ -272,6 +272,27 @@ class NNModuleDictGuardCountTests(torch._dynamo.test_case.TestCase):
         finally:
             del GuardManager.add_dict_not_contains_key_guard
 
+    def test_no_key_order_or_length_guard_on_module_dicts(self):
+        """The 64-block model's frame reads attributes through __getattr__ (key
+        reads) and never lists a module's __dict__: no __dict__ guard manager
+        guards the order of its keys (a DictGuardManager) or their number. The
+        order is guarded only where a frame lists the keys; see
+        test_instance_dict_key_guards.py."""
+        from torch._C._dynamo.guards import DictGuardManager
+
+        model = Model(64)
+        torch.compile(model, backend="eager")(torch.randn(2, 3, DIM))
+        managers = {
+            mgr.get_source(): mgr
+            for mgr in guard_managers(Model.forward)
+            if mgr.get_source().endswith(".__dict__")
+        }
+        self.assertEqual(len(managers), 12 * 64 + 4)
+        for source, mgr in managers.items():
+            self.assertNotIsInstance(mgr, DictGuardManager, source)
+            kinds = {type(leaf).__name__ for leaf in mgr.get_leaf_guards()}
+            self.assertFalse(kinds & {"DICT_LENGTH", "LENGTH_CHECK"}, source)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
