@@ -327,6 +327,23 @@ if __name__ == "__main__":
 """
 
 
+PATHS_PROBE = f"""\
+import inspect, json, linecache
+import torch._dynamo.trace_rules as rules
+import {MODULE} as m
+
+fn = m.stage_backward_input
+lines = inspect.getsource(m).splitlines()
+marker = next((i for i, line in enumerate(lines) if line.startswith("OVERLAY_MARKER")), None)
+print(json.dumps({{
+    "file": m.__file__,
+    "co_filename": fn.__code__.co_filename,
+    "check_file": [str(rules.check_file(m.__file__, inlined)) for inlined in (False, True)],
+    "marker_line": None if marker is None else linecache.getline(m.__file__, marker + 1),
+}}))
+"""
+
+
 class OverlayActivationTest(TestCase):
     """`run` and `activate` in real child processes (each imports torch: a few seconds)."""
 
@@ -367,6 +384,23 @@ class OverlayActivationTest(TestCase):
             capture_output=True, text=True, env=environment(None), check=True,
         )  # fmt: skip
         self.assertIn("process None child None", stock.stdout)
+
+    def test_run_loads_an_overlaid_module_as_the_installed_one(self):
+        # Dynamo decides by a code object's file whether it is torch's own code (skipped, or
+        # inlined by its lists) or the user's (traced): an overlaid module must keep the
+        # installed path, and tracebacks and inspect must show its own lines there.
+        (self.tmp / "paths.py").write_text(PATHS_PROBE)
+        out = json.loads(self.cli("run", "--", sys.executable, str(self.tmp / "paths.py")))
+        stock = subprocess.run(
+            [sys.executable, str(self.tmp / "paths.py")],
+            capture_output=True, text=True, env=environment(None), check=True,
+        )  # fmt: skip
+        stock = json.loads(stock.stdout)
+        installed = str(installed_torch().site / TARGET)
+        self.assertEqual((out["file"], out["co_filename"]), (installed, installed))
+        self.assertEqual(out["check_file"], stock["check_file"])
+        self.assertEqual(out["marker_line"], 'OVERLAY_MARKER = "hello"\n')
+        self.assertIsNone(stock["marker_line"])
 
     def test_run_gives_the_overlay_its_own_inductor_cache(self):
         # Inductor keys its on-disk caches by the installed torch files, which the overlay

@@ -13,14 +13,53 @@ that ``materialize`` wrote into the tree, and refuses with ImportError on any mi
 
 import importlib.machinery
 import importlib.util
+import linecache
 import os
 import sys
+import types
 
 PYTHON_SUFFIX = ".py"
 # Written by tools/active.py materialize(): the pinned release and the base sha256 of the
 # files this tree replaces.
 PIN_NAME = "torch-overlay-pin.json"
 VERSION_FIELD = r"""^(__version__|git_version)\s*(?::[^=]*)?=\s*['"]([^'"]*)['"]"""
+
+
+class OverlayLoader(importlib.machinery.SourceFileLoader):
+    """Loads an overlay file as the installed module it replaces.
+
+    The module's ``__file__`` and its code's ``co_filename`` name the installed file's path,
+    because torch decides by path what is torch's own code: Dynamo skips or inlines a
+    function by its file (``trace_rules.check_file``: ``torch/_dynamo`` is skipped,
+    ``torch/distributed/tensor`` is inlined only where called, code outside torch is traced
+    as the user's), and a module loaded from the overlay's tree would be traced as user
+    code (more graph breaks, other graphs, other compile times than the patched torch).
+    ``linecache`` gets the overlay's lines under that path, so tracebacks and ``inspect``
+    show the source that runs."""
+
+    def __init__(self, fullname, overlay_file, installed_file):
+        super().__init__(fullname, overlay_file)
+        self.installed_file = installed_file
+
+    def get_code(self, fullname):
+        # The bytecode cache stays in the tree; it records the overlay file's path.
+        return renamed(super().get_code(fullname), self.installed_file)
+
+    def exec_module(self, module):
+        source = importlib.util.decode_source(self.get_data(self.path))
+        lines = source.splitlines(True)
+        # mtime None: linecache.checkcache() keeps the entry (it would re-read the
+        # installed file, whose lines differ, if the entry were dropped).
+        linecache.cache[self.installed_file] = (len(source), None, lines, self.installed_file)
+        super().exec_module(module)
+
+
+def renamed(code, filename):
+    """``code`` and the code objects nested in it, with ``co_filename`` set to ``filename``."""
+    consts = tuple(
+        renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 class OverlayFinder:
@@ -54,9 +93,27 @@ class OverlayFinder:
             locations = locations or [os.path.dirname(overlay_file)]
         else:
             locations = None
-        return importlib.util.spec_from_file_location(
-            fullname, overlay_file, submodule_search_locations=locations
+        if installed is not None and installed.origin and installed.has_location:
+            installed_file = installed.origin
+        else:  # a file the patches add: where the installed torch would have it
+            installed_file = os.path.join(
+                self.site_dir(), os.path.relpath(overlay_file, self.root)
+            )
+        spec = importlib.util.spec_from_file_location(
+            fullname,
+            installed_file,
+            loader=OverlayLoader(fullname, overlay_file, installed_file),
+            submodule_search_locations=locations,
         )
+        spec.cached = importlib.util.cache_from_source(overlay_file)
+        return spec
+
+    def site_dir(self):
+        """The directory holding the installed ``torch`` package."""
+        torch_spec = importlib.machinery.PathFinder.find_spec("torch")
+        if torch_spec is None or not torch_spec.origin:
+            return self.root
+        return os.path.dirname(os.path.dirname(torch_spec.origin))
 
     def invalidate_caches(self):
         pass
