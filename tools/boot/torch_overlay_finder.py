@@ -96,9 +96,7 @@ class OverlayFinder:
         if installed is not None and installed.origin and installed.has_location:
             installed_file = installed.origin
         else:  # a file the patches add: where the installed torch would have it
-            installed_file = os.path.join(
-                self.site_dir(), os.path.relpath(overlay_file, self.root)
-            )
+            installed_file = os.path.join(self.site_dir(), os.path.relpath(overlay_file, self.root))
         spec = importlib.util.spec_from_file_location(
             fullname,
             installed_file,
