@@ -204,9 +204,7 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                         if i < 2:
                             self.assertEqual(opt_fn(obj, x), fn(obj, x))
                         else:
-                            with torch.compiler.set_stance(
-                                skip_guard_eval_unsafe=True
-                            ):
+                            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                                 self.assertEqual(opt_fn(obj, x), fn(obj, x))
                     self.assertEqual(cnt.frame_count, 2)
 

@@ -132,7 +132,7 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
         # the end of the real __dict__, whichever way it was deleted and written.
         def del_setattr(x, obj):
             del obj.__dict__["a"]
-            setattr(obj, "a", 9.0)
+            obj.a = 9.0
             return x * obj.a
 
         def delattr_vars(x, obj):
