@@ -171,6 +171,51 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
             del obj.k
             self.assertEqual(opt_fn(obj, x), fn(obj, x))
 
+    def test_dict_key_read_of_present_and_absent_key_skip_guard_eval_unsafe(self):
+        # Under skip_guard_eval_unsafe only the guards that tell the cache entries
+        # apart run. The entry for the absent key has its leaf on obj.__dict__;
+        # the entry for the present key reads the value through obj.__dict__[k],
+        # whose accessor failing on a missing key is its only such check.
+        class Obj:
+            pass
+
+        def get_then_use(obj, x):
+            v = obj.__dict__.get("k")
+            return x - 1 if v is None else x * v
+
+        def get_default(obj, x):
+            return x * obj.__dict__.get("k", 1.0)
+
+        def getitem_try(obj, x):
+            try:
+                v = obj.__dict__["k"]
+            except KeyError:
+                v = 1.0
+            return x * v
+
+        def set_k(obj):
+            obj.k = 5.0
+
+        def del_k(obj):
+            obj.__dict__.pop("k", None)
+
+        x = torch.ones(2)
+        for fn in (get_then_use, get_default, getitem_try):
+            for first_present in (False, True):
+                with self.subTest(fn.__name__, first_present=first_present):
+                    torch._dynamo.reset()
+                    obj = Obj()
+                    cnt = CompileCounter()
+                    opt_fn = torch.compile(fn, backend=cnt, fullgraph=True)
+                    for i in range(6):
+                        (set_k if (i % 2 == 0) == first_present else del_k)(obj)
+                        if i < 2:
+                            self.assertEqual(opt_fn(obj, x), fn(obj, x))
+                        else:
+                            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                                self.assertEqual(opt_fn(obj, x), fn(obj, x))
+                    self.assertEqual(cnt.frame_count, 2)
+
     def test_dict_key_written_by_frame_needs_no_guard(self):
         class Mod(torch.nn.Module):
             def forward(self, x):

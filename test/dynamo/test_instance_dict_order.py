@@ -92,12 +92,6 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
     # such a key in its old place: the replay stores it without deleting it
     # first, on stock too, so these compare the values the frame returns.)
 
-    def _check_values_same_as_eager(self, fn):
-        x = torch.ones(2)
-        expected = fn(x, _make_obj())
-        actual = torch.compile(fn, backend="eager", fullgraph=True)(x, _make_obj())
-        self.assertEqual(actual, expected)
-
     def test_order_after_clear_and_update(self):
         def fn(x, obj):
             d = obj.__dict__
@@ -105,7 +99,7 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
             d.update({"c": 3.0, "b": 2.0, "a": 1.0})
             return torch.cat([x * v for v in d.values()]), list(d)
 
-        self._check_values_same_as_eager(fn)
+        self._check_same_as_eager(fn)
 
     def test_order_after_pop_and_write_again(self):
         def fn(x, obj):
@@ -114,7 +108,7 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
                 d[k] = d.pop(k)
             return torch.cat([x * v for v in d.values()]), list(d)
 
-        self._check_values_same_as_eager(fn)
+        self._check_same_as_eager(fn)
 
     def test_order_after_delete_and_write_again_one_key(self):
         def fn(x, obj):
@@ -122,7 +116,7 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
             obj.a = 9.0
             return torch.cat([x * v for v in obj.__dict__.values()])
 
-        self._check_values_same_as_eager(fn)
+        self._check_same_as_eager(fn)
 
     def test_order_after_delete_all_and_write_some_again(self):
         def fn(x, obj):
@@ -131,7 +125,78 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
             obj.a = 2.0
             return x * obj.__dict__.popitem()[1], list(obj.__dict__)
 
-        self._check_values_same_as_eager(fn)
+        self._check_same_as_eager(fn)
+
+    def test_dict_after_delete_and_write_again_forms(self):
+        # The replayed stores leave a key the frame deleted and wrote again at
+        # the end of the real __dict__, whichever way it was deleted and written.
+        def del_setattr(x, obj):
+            del obj.__dict__["a"]
+            obj.a = 9.0
+            return x * obj.a
+
+        def delattr_vars(x, obj):
+            delattr(obj, "a")
+            vars(obj)["a"] = 9.0
+            return x * obj.a
+
+        def del_update(x, obj):
+            del obj.a
+            obj.__dict__.update({"a": 9.0})
+            return x * obj.a
+
+        def del_setdefault(x, obj):
+            del obj.a
+            return x * obj.__dict__.setdefault("a", 9.0)
+
+        def loop(x, obj):
+            for i in range(3):
+                del obj.a
+                obj.a = float(i)
+            return x * obj.a
+
+        def add_new_then_readd(x, obj):
+            obj.z = 5.0
+            del obj.a
+            obj.a = 9.0
+            return x * obj.a
+
+        def readd_two_overwrite_one(x, obj):
+            del obj.b
+            del obj.a
+            obj.b = 7.0
+            obj.c = 8.0
+            obj.a = 9.0
+            return x * obj.a
+
+        for fn in (
+            del_setattr,
+            delattr_vars,
+            del_update,
+            del_setdefault,
+            loop,
+            add_new_then_readd,
+            readd_two_overwrite_one,
+        ):
+            with self.subTest(fn.__name__):
+                torch._dynamo.reset()
+                self._check_same_as_eager(fn)
+
+    def test_order_after_delete_and_write_again_then_graph_break(self):
+        # The frame resumed after the graph break reads the real __dict__, which
+        # the replay of the first part must leave in eager's order.
+        def fn(x, obj):
+            del obj.a
+            obj.a = 9.0
+            torch._dynamo.graph_break()
+            return torch.cat([x * v for v in obj.__dict__.values()]), list(obj.__dict__)
+
+        eager_obj, compiled_obj = _make_obj(), _make_obj()
+        x = torch.ones(2)
+        expected = fn(x, eager_obj)
+        actual = torch.compile(fn, backend="eager")(x, compiled_obj)
+        self.assertEqual(actual, expected)
+        self.assertEqual(list(compiled_obj.__dict__), list(eager_obj.__dict__))
 
 
 if __name__ == "__main__":

@@ -143,6 +143,43 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(opt_mod(x), x * 5)
         self.assertEqual(cnt.frame_count, 2)
 
+    def test_instance_dict_shadow_of_plain_object_getattr_skip_guard_eval_unsafe(
+        self,
+    ):
+        # Under skip_guard_eval_unsafe only the guards that tell the cache entries
+        # apart run: the entry compiled with the shadow reads it as obj.s, and
+        # that value check must stay next to the other entry's absent-key leaf.
+        class Obj:
+            def __getattr__(self, name):
+                if name == "s":
+                    return 2.0
+                raise AttributeError(name)
+
+        def fn(obj, x):
+            return x * obj.s
+
+        def shadow(obj):
+            obj.__dict__["s"] = 7.0
+
+        def unshadow(obj):
+            obj.__dict__.pop("s", None)
+
+        x = torch.ones(2)
+        for first_shadowed in (False, True):
+            with self.subTest(first_shadowed=first_shadowed):
+                torch._dynamo.reset()
+                obj = Obj()
+                cnt = torch._dynamo.testing.CompileCounter()
+                opt_fn = torch.compile(fn, backend=cnt, fullgraph=True)
+                for i in range(6):
+                    (shadow if (i % 2 == 0) == first_shadowed else unshadow)(obj)
+                    if i < 2:
+                        self.assertEqual(opt_fn(obj, x), fn(obj, x))
+                    else:
+                        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                            self.assertEqual(opt_fn(obj, x), fn(obj, x))
+                self.assertEqual(cnt.frame_count, 2)
+
     def test_instance_dict_entry_for_a_name_getattr_did_not_find(self):
         # getattr(self, name, default) of a name nn.Module.__getattr__ does not
         # find returns the default; an entry added to __dict__ later is found.
