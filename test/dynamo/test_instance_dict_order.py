@@ -2,6 +2,8 @@
 # Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
 # tests); kept in its own file here because the project never edits upstream files.
 
+import functools
+
 import torch
 import torch._dynamo.test_case
 import torch._dynamo.testing
@@ -197,6 +199,54 @@ class InstanceDictOrderTests(torch._dynamo.test_case.TestCase):
         actual = torch.compile(fn, backend="eager")(x, compiled_obj)
         self.assertEqual(actual, expected)
         self.assertEqual(list(compiled_obj.__dict__), list(eager_obj.__dict__))
+
+    def test_delete_if_present_then_write_again(self):
+        # `try: del obj.a` / `except AttributeError` then `obj.a = ...`, compiled
+        # while obj has `a` and run while it does not: the replayed delete must
+        # not fail on the missing key, and obj ends with `a` at the end.
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(2, 2)
+
+            def forward(self, x):
+                try:
+                    del self.cache
+                except AttributeError:
+                    pass
+                y = self.lin(x)
+                self.cache = y.detach()
+                return y
+
+        def fn(x, obj):
+            try:
+                del obj.a
+            except AttributeError:
+                pass
+            obj.a = 5.0
+            return x * 2
+
+        def run(kind, compiled):
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            if kind == "module":
+                obj = f = Model()
+                name = "cache"
+            else:
+                obj, name = _Obj(), "a"
+                f = functools.partial(fn, obj=obj)
+            setattr(obj, name, 0.0)
+            f = torch.compile(f, backend="eager") if compiled else f
+            results = []
+            for step in range(4):
+                if step % 2:
+                    del obj.__dict__[name]
+                results.append(f(torch.ones(1, 2)))
+                results.append([k for k in obj.__dict__ if not k.startswith("_")])
+            return results
+
+        for kind in ("object", "module"):
+            self.assertEqual(run(kind, True), run(kind, False), msg=kind)
 
 
 if __name__ == "__main__":
