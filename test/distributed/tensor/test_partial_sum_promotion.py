@@ -705,20 +705,6 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             ("- int64 R", operator.sub, R(i64, [5, 1, 2, 3])),
             ("add(out=self) int32 R", lambda x, y: torch.add(x, y, out=x), None),
             ("_foreach_add_ int64 R", foreach_add_, R(i64, [5, 1, 2, 3])),
-            # rsub(x, y) is y - x: sub's rules with the operands swapped (it
-            # went through its decomposition, a cast then sub, and reduced)
-            ("rsub 0-dim int64", torch.rsub, torch.tensor(5)),
-            ("rsub int64 R", torch.rsub, R(i64, [5, 1, 2, 3])),
-            (
-                "rsub(int64 R, P) alpha=2",
-                lambda x, y: torch.rsub(y, x, alpha=2),
-                R(i64, [5, 1, 2, 3]),
-            ),
-            (
-                "rsub.Tensor_out(out=self) int64 R",
-                lambda x, y: torch.ops.aten.rsub.Tensor_out(x, y, out=x),
-                R(i64, [5, 1, 2, 3]),
-            ),
         ]
         for dtype in dtypes:
             for name, fn, other in cases:
@@ -767,7 +753,6 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 1,
             ),
             ("float32 P + int64 P", operator.add, [P(f32, *xs), P(i64, *IS)], 2),
-            ("rsub(float32 P, int64 P)", torch.rsub, [P(f32, *xs), P(i64, *IS)], 2),
         ]:
             with self.subTest(name):
                 self._check(mesh, name, fn, operands, Replicate(), collectives)
