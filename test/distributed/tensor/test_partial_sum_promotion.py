@@ -84,6 +84,7 @@ REDUCED = [
     ("int16 add int32 Partial", operator.add, [wrap(i16), wrap(i32)], 2),
     ("bool add float32 Partial", operator.add, [wrap(B), wrap(f32)], 2),
     ("float32 sub int32 Partial", operator.sub, [wrap(f32), wrap(i32)], 2),
+    ("float32 rsub int32 Partial", torch.rsub, [wrap(f32), wrap(i32)], 2),
     ("int32 xlog1py", torch.special.xlog1py, [wrap(i32), R_F32], 1),
     (
         "int8 _foreach_mul float",
