@@ -396,6 +396,7 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             repo, args.out or repo / "reports",
             dtypes=args.dtypes.split(",") if dtypes_given else (),
             only=args.ops.split(",") if args.ops else (), jobs=args.jobs,
+            world_size=args.world_size,
         )  # fmt: skip
     elif args.verb == "sweep" and (args.missing or args.configs):
         from tools.sweep import CONFIGS, sweep_configs, sweep_missing

@@ -243,9 +243,25 @@ def _split(x, placement: str, world_size: int, gen):
                 first ^= p
             return [first, *pieces]
         raise ValueError(arg)
+    # An integer Partial narrower than int64 reduces modulo 2**bits (review rev25g):
+    # its pieces may wrap around, so each element's piece is small, drawn over the
+    # dtype's full width, or near one of its extremes (where x - piece wraps about
+    # half the time; over the full width it rarely does for a small x).
+    narrow = x.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+    def wrapping():
+        info = torch.iinfo(x.dtype)
+        near = torch.randint(0, 10, x.shape, generator=gen)
+        low = torch.rand(x.shape, generator=gen) > 0.5
+        edge = torch.where(low, info.min + near, info.max - near).to(x.dtype)
+        pick = torch.randint(0, 3, x.shape, generator=gen)
+        return torch.where(pick == 0, rand_like(),
+                           torch.where(pick == 1, _random_bits(x, gen), edge))  # fmt: skip
+
     if arg in ("sum", "avg"):
         total = x * n if arg == "avg" else x
-        pieces = [rand_like() for _ in range(n - 1)]
+        draw = wrapping if narrow else rand_like
+        pieces = [draw() for _ in range(n - 1)]
         first = total - sum(pieces)
         return [first, *pieces]
     if arg in ("min", "max"):
@@ -275,6 +291,18 @@ def _split(x, placement: str, world_size: int, gen):
                 pick = (rest % c == 0) & (torch.rand(x.shape, generator=gen) > 0.3)
                 f = torch.where(pick, c, f).to(x.dtype)
             f = torch.where(torch.rand(x.shape, generator=gen) > 0.5, f, -f)
+            if narrow:
+                # on about half the elements a random odd (invertible) factor, and
+                # rest times its inverse modulo 2**bits (Newton's iteration, wrapping)
+                odd = _random_bits(x, gen) | 1
+                inverse = odd.clone()
+                for _ in range(5):
+                    inverse = inverse * (2 - odd * inverse)
+                unit = torch.rand(x.shape, generator=gen) > 0.5
+                pieces.append(torch.where(unit, odd, f))
+                rest = torch.where(unit, rest * inverse,
+                                   torch.div(rest, f, rounding_mode="trunc"))  # fmt: skip
+                continue
             pieces.append(f)
             rest = torch.div(rest, f, rounding_mode="trunc")
         return [rest, *pieces]
@@ -540,6 +568,8 @@ def _constructed(name: str):
         return _constructed_review6(name[len("review6-") :])
     if name.startswith("review7-"):
         return _constructed_review7(name[len("review7-") :])
+    if name.startswith("review8-"):
+        return _constructed_review8(name[len("review8-") :])
     raise KeyError(name)
 
 
@@ -941,6 +971,35 @@ def _constructed_review7(name: str):
     raise KeyError(name)
 
 
+def _constructed_review8(name: str):
+    """The samples of the cold review rev25g (its wrap.py; corpus entries review8-*):
+    int8/16/32 make_tensor-like [-9, 9] for P(sum), and [1, 3] with some negated for
+    P(product) (nonzero, so the product does not hide the widening)."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.split("-")[0], name.split("-")[-1]
+    dtype = {"i8": torch.int8, "i16": torch.int16, "i32": torch.int32, "u8": torch.uint8}[dt]
+    x = torch.randint(-9, 10, (4, 6), generator=torch.Generator().manual_seed(0)).to(dtype)
+    y = torch.randint(1, 4, (4, 6), generator=torch.Generator().manual_seed(0))
+    if dtype != torch.uint8:
+        y = torch.where(torch.arange(24).reshape(4, 6) % 5 == 0, -y, y)
+    y = y.to(dtype)
+    table = {
+        "sum": (aten.sum.default, (x,), {}),
+        "sumdim": (aten.sum.dim_IntList, (x, [1]), {}),
+        "cumsum": (aten.cumsum.default, (x, 1), {}),
+        "mul64": (aten.mul.Tensor, (x, torch.full((4, 6), 3, dtype=torch.int64)), {}),
+        "to64": (aten._to_copy.default, (x,), {"dtype": torch.int64}),
+        "tof32": (aten._to_copy.default, (x,), {"dtype": torch.float32}),
+        "prod": (aten.prod.default, (y,), {}),
+        "cumprod": (aten.cumprod.default, (y, 1), {}),
+    }
+    if op not in table:
+        raise KeyError(name)
+    return table[op]
+
+
 _R6 = "review rev25e: "
 _BAND = (
     "tolerance PR: the band of the op on the absolute per-rank values (no exact "
@@ -1001,6 +1060,37 @@ REVIEW7 = (
     ("review7-clamp15-sum-f32", "unary", "float32", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
     ("review7-hardtanh15-sum-bf16", "unary", "bfloat16", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
     ("review7-clamp15-sum-f64", "unary", "float64", (("P(sum)",), ("P(sum)",)), _R7 + _CLIP),
+)  # fmt: skip
+
+_R8 = "review rev25g: "
+_WRAP = (
+    "Partial-input PR: int8/16/32 P(sum) pieces that never wrap around (offsets of "
+    "|x| + 1), so a rule that widens each piece before the (modular) reduction passed"
+)
+_WRAPP = (
+    "Partial-input PR: integer P(product) factors that never wrap around, so a rule "
+    "that widens each piece before the (modular) reduction passed"
+)
+_DT8 = {"i8": "int8", "i16": "int16", "i32": "int32", "u8": "uint8"}
+_PS = (("P(sum)",), ("P(sum)",))
+_PP = (("P(product)",), ("P(product)",))
+
+# The cold review rev25g W1 (after the fixes of rev25f): 15 rules, which are its 27
+# (rule, world size) rows (to64 only at 3 ranks), then the ones it found accepted on
+# both sides (tof32) and the product rules the fix covers.
+REVIEW8 = (
+    *[(f"review8-{op}-{dt}", fam, _DT8[dt], rule, _R8 + note)
+      for op, fam, rule, note in (
+          ("sum", "reduction", _PS, _WRAP),
+          ("sumdim", "reduction", _PS, _WRAP),
+          ("cumsum", "scan", _PS, _WRAP),
+          ("mul64", "binary", (("P(sum)", "R"), ("P(sum)",)), _WRAP + " (an int64 operand)"),
+          ("to64", "unary", _PS, _WRAP + " (stock accepts it at 2 ranks)"),
+          ("tof32", "unary", _PS, _WRAP + " (accepted on stock too)"),
+          ("prod", "reduction", _PP, _WRAPP + " (accepted on stock too on its sample)"),
+          ("cumprod", "scan", _PP, _WRAPP),
+      ) for dt in ("i8", "i16", "i32")],
+    ("review8-prod-u8", "reduction", "uint8", _PP, _R8 + _WRAPP),
 )  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -1082,6 +1172,7 @@ FOUND = (
     *REVIEW5,
     *REVIEW6,
     *REVIEW7,
+    *REVIEW8,
 )  # fmt: skip
 
 

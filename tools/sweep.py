@@ -736,21 +736,25 @@ def sweep_mutations(
     op_timeout: float = 120.0,
     jobs: int = 2,
     command: list[str] | None = None,
+    world_size: int | None = None,
 ) -> int:
     """Ask the validator about every wrong rule of the corpus, stock vs overlay; write
     ``out/sweep-mutations.{md,json}``. Exit 1 if the overlay lets a wrong rule through
-    that stock kills."""
+    that stock kills. ``world_size`` (default: the corpus's) is the ranks the workers
+    simulate; ``command`` is the worker without its arguments (``--corpus``,
+    ``--world-size``, ``--`` and the entry ids are appended)."""
     from tools.mutations import CORPUS, load
 
     corpus_path = corpus_path or CORPUS
     corpus = load(corpus_path)
+    if world_size is not None:
+        corpus["world_size"] = world_size
     entries = [e for e in corpus["entries"]
                if (not dtypes or e["dtype"] in dtypes)
                and (not only or e["family"] in only or e["op"] in only)]  # fmt: skip
     corpus = {**corpus, "entries": entries}
-    command = command or [sys.executable, "-m", "tools.mutations", "check",
-                          f"--corpus={corpus_path}",
-                          f"--world-size={corpus['world_size']}", "--"]  # fmt: skip
+    command = [*(command or [sys.executable, "-m", "tools.mutations", "check"]),
+               f"--corpus={corpus_path}", f"--world-size={corpus['world_size']}", "--"]  # fmt: skip
     started = time.monotonic()
     results: dict[str, dict[str, dict]] = {v: {} for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:

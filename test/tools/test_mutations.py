@@ -46,6 +46,9 @@ class OracleTest(TestCase):
         cases = {
             torch.float64: ("sum", "avg", "min", "max", "product"),
             torch.int64: ("sum", "min", "max", "product", "band", "bor", "bxor"),
+            # pieces that wrap around (review rev25g): the reduction is modular
+            torch.int8: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
+            torch.int32: ("sum", "avg", "product"),
             torch.bool: ("sum", "min", "max", "product", "bxor"),
         }
         for world_size in (2, 3):
@@ -55,6 +58,9 @@ class OracleTest(TestCase):
                     with self.subTest(world_size=world_size, dtype=dtype, op=op):
                         pieces = mutations._split(x, f"P({op})", world_size, gen)
                         self.assertEqual(mutations._combine(pieces, f"P({op})"), x)
+                        if dtype == torch.int8 and op in ("sum", "product"):
+                            wide = mutations._combine([q.long() for q in pieces], f"P({op})")
+                            self.assertNotEqual(wide, x.long())
                 norms = (values.abs() * 4).double()
                 pieces = mutations._split(norms, "_NormP(2)", world_size, gen)
                 self.assertEqual(mutations._combine(pieces, "_NormP(2)"), norms)

@@ -8,6 +8,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -18,8 +19,17 @@ from torch.distributed.tensor import Shard
 from torch.testing._internal.common_utils import TestCase, run_tests
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from tools import cli, mutations
 from tools.active import environment
-from tools.sweep import MARK, ops_without_rule, rows, run_batch, sweep, sweep_missing
+from tools.sweep import (
+    MARK,
+    ops_without_rule,
+    rows,
+    run_batch,
+    sweep,
+    sweep_missing,
+    sweep_mutations,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,6 +59,15 @@ for op in ops:
     print({MARK!r} + json.dumps(result), flush=True)
 """
 
+# Stands in for the --mutations worker: kills every entry, says the world size it was given.
+FAKE_MUTATION_WORKER = f"""
+import json, sys
+ws = [a for a in sys.argv if a.startswith("--world-size=")][0].split("=")[1]
+for entry_id in sys.argv[sys.argv.index("--") + 1 :]:
+    result = {{"op": entry_id, "status": "ok", "verdict": "killed", "world_size": int(ws)}}
+    print({MARK!r} + json.dumps(result), flush=True)
+"""
+
 
 class RunBatchTest(TestCase):
     def test_crash_and_hang_cost_only_their_op(self):
@@ -65,6 +84,36 @@ class RunBatchTest(TestCase):
             "a": "ok", "crash_1": "crash", "b": "ok", "hang_1": "timeout", "c": "ok",
         })  # fmt: skip
         self.assertIn("exit -6", results["crash_1"]["detail"])
+
+
+class MutationWorldSizeTest(TestCase):
+    # `sweep --mutations --world-size 3` ran the corpus at the corpus's world size (2).
+    def test_world_size_reaches_the_workers_and_the_report(self):
+        corpus = mutations.load()
+        with tempfile.TemporaryDirectory() as scratch:
+            worker, path = Path(scratch) / "worker.py", Path(scratch) / "corpus.json"
+            worker.write_text(FAKE_MUTATION_WORKER)
+            path.write_text(json.dumps({**corpus, "entries": corpus["entries"][:2]}))
+            code = sweep_mutations(
+                REPO, Path(scratch), corpus_path=path, jobs=1,
+                command=[sys.executable, str(worker)], world_size=3,
+            )  # fmt: skip
+            report = json.loads((Path(scratch) / "sweep-mutations.json").read_text())
+            text = (Path(scratch) / "sweep-mutations.md").read_text()
+        self.assertEqual(code, 0)
+        self.assertEqual(corpus["world_size"], 2)
+        self.assertEqual(report["settings"]["world_size"], 3)
+        self.assertIn("world size 3", text)
+        for variant in ("stock", "overlay"):
+            seen = {r["world_size"] for r in report["results"][variant].values()}
+            self.assertEqual(seen, {3}, variant)
+
+    def test_cli_passes_world_size(self):
+        with mock.patch("tools.sweep.sweep_mutations", return_value=0) as run:
+            code = cli.main(["--repo", str(REPO), "sweep", "--mutations", "--jobs", "1",
+                             "--world-size", "3", "--out", str(REPO / "reports")])  # fmt: skip
+        self.assertEqual(code, 0)
+        self.assertEqual(run.call_args.kwargs["world_size"], 3)
 
 
 class RowsTest(TestCase):

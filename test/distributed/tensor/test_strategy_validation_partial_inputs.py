@@ -47,6 +47,8 @@ class PartialInputTest(StrategyValidatorTestBase):
         torch.float32: ("sum", "avg", "min", "max", "product"),
         torch.int64: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
         torch.uint8: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
+        torch.int8: ("sum", "avg", "min", "max", "product", "band", "bor", "bxor"),
+        torch.int32: ("sum", "avg", "product"),
         torch.bool: ("sum", "min", "max", "product", "band", "bor", "bxor"),
     }
 
@@ -521,6 +523,119 @@ class ZeroAndSingleBitWrongRuleTest(TestCase):
             dist.destroy_process_group()
         self.assertIs(valid, False)
         self.assertIn("Value mismatch", why)
+
+
+class WrappingPiecesWrongRuleTest(TestCase):
+    """An int8/16/32 Partial(sum) or Partial(product) reduces modulo 2**bits, so its
+    pieces may wrap around; a rule that widens each piece first (sum, cumsum, prod to
+    int64, a cast, an int64 operand) is then wrong. Pieces that never wrap accepted
+    these rules; the right modular rules stay accepted, at 2 and 3 ranks."""
+
+    judge = WrongRuleTest.judge
+
+    def test_widening_rules_of_wrapping_partials(self):
+        P, R = Partial, Replicate()
+        PS, PP = ((P("sum"),), (P("sum"),)), ((P("product"),), (P("product"),))
+        g = torch.Generator().manual_seed(0)
+        small = torch.randint(-9, 10, (4, 6), generator=g)
+        nonzero = torch.randint(1, 4, (4, 6), generator=g)
+        nonzero = torch.where(
+            torch.arange(24).reshape(4, 6) % 5 == 0, -nonzero, nonzero
+        )
+        for dtype in (torch.int8, torch.int16, torch.int32):
+            x, y = small.to(dtype), nonzero.to(dtype)
+            int64_r = torch.full((4, 6), 3, dtype=torch.int64)
+            wrong = {
+                "sum": (aten.sum.default, (x,), {}, PS),
+                "sum.dim_IntList": (aten.sum.dim_IntList, (x, [1]), {}, PS),
+                "cumsum": (aten.cumsum.default, (x, 1), {}, PS),
+                "mul int64 R": (
+                    aten.mul.Tensor,
+                    (x, int64_r),
+                    {},
+                    ((P("sum"), R), (P("sum"),)),
+                ),
+                "to int64": (aten._to_copy.default, (x,), {"dtype": torch.int64}, PS),
+                "to float32": (
+                    aten._to_copy.default,
+                    (x,),
+                    {"dtype": torch.float32},
+                    PS,
+                ),
+                "prod": (aten.prod.default, (y,), {}, PP),
+                "cumprod": (aten.cumprod.default, (y, 1), {}, PP),
+                "to int64 P(product)": (
+                    aten._to_copy.default,
+                    (y,),
+                    {"dtype": torch.int64},
+                    PP,
+                ),
+            }
+            right = {
+                "add": (
+                    aten.add.Tensor,
+                    (x, x.flip(0)),
+                    {},
+                    ((P("sum"), P("sum")), (P("sum"),)),
+                ),
+                "neg": (aten.neg.default, (x,), {}, PS),
+                "mul same-dtype R": (
+                    aten.mul.Tensor,
+                    (x, int64_r.to(dtype)),
+                    {},
+                    ((P("sum"), R), (P("sum"),)),
+                ),
+                "clone P(avg)": (
+                    aten.clone.default,
+                    (x,),
+                    {},
+                    ((P("avg"),), (P("avg"),)),
+                ),
+                "clone P(product)": (aten.clone.default, (y,), {}, PP),
+                "mul P(product) twice": (
+                    aten.mul.Tensor,
+                    (y, y.flip(0)),
+                    {},
+                    ((P("product"), P("product")), (P("product"),)),
+                ),
+            }
+            for world_size in (2, 3):
+                for name, (op, args, kwargs, rule) in wrong.items():
+                    with self.subTest(name, dtype=dtype, world_size=world_size):
+                        self.assertIs(
+                            self.judge(op, args, rule, world_size, kwargs), False
+                        )
+                for name, (op, args, kwargs, rule) in right.items():
+                    with self.subTest(name, dtype=dtype, world_size=world_size):
+                        self.assertIs(
+                            self.judge(op, args, rule, world_size, kwargs), True
+                        )
+
+    def test_what_the_splits_cannot_see(self):
+        # Stated limits: int64 pieces never wrap (a cast to float32 of an int64
+        # Partial(sum) is wrong only when they do), and a product that is zero
+        # on the sample hides the widening (prod of a sample with a zero).
+        P = Partial
+        x = torch.randint(-9, 10, (4, 6), generator=torch.Generator().manual_seed(0))
+        x[0, 0] = 0
+        limits = {
+            "int64 to float32": (
+                aten._to_copy.default,
+                (x,),
+                {"dtype": torch.float32},
+                ((P("sum"),), (P("sum"),)),
+            ),
+            "int8 prod with a zero": (
+                aten.prod.default,
+                (x.to(torch.int8),),
+                {},
+                ((P("product"),), (P("product"),)),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (op, args, kwargs, rule) in limits.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size, kwargs), True)
 
 
 if __name__ == "__main__":
