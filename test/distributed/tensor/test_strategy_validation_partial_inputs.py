@@ -611,6 +611,43 @@ class WrappingPiecesWrongRuleTest(TestCase):
                             self.judge(op, args, rule, world_size, kwargs), True
                         )
 
+    def test_single_element_and_odd_world_size_pieces_wrap(self):
+        # A single element has coordinate sum 0 whatever its input index, so as the
+        # second input it never wrapped; and with the dtype's maximum as the
+        # product's unit (its own inverse) rank 0 held the element itself at odd
+        # world sizes, so a wrong abs rule passed.
+        P, R = Partial, Replicate()
+        for dtype in (torch.int8, torch.int16, torch.int32):
+            one = torch.tensor(7, dtype=dtype)
+            int64_r = torch.tensor(3, dtype=torch.int64)
+            y = torch.randint(
+                1, 4, (4, 6), generator=torch.Generator().manual_seed(0)
+            ).to(dtype)
+            wrong = {
+                "mul(int64 R, 0-d P(sum))": (
+                    aten.mul.Tensor,
+                    (int64_r, one),
+                    ((R, P("sum")), (P("sum"),)),
+                    (2, 3),
+                ),
+                "mul(int64 R, 0-d P(product))": (
+                    aten.mul.Tensor,
+                    (int64_r, one),
+                    ((R, P("product")), (P("product"),)),
+                    (2, 3),
+                ),
+                "abs P(product)": (
+                    aten.abs.default,
+                    (-y,),
+                    ((P("product"),), (P("product"),)),
+                    (3, 5),
+                ),
+            }
+            for name, (op, args, rule, world_sizes) in wrong.items():
+                for world_size in world_sizes:
+                    with self.subTest(name, dtype=dtype, world_size=world_size):
+                        self.assertIs(self.judge(op, args, rule, world_size), False)
+
     def test_what_the_splits_cannot_see(self):
         # Stated limits: int64 pieces never wrap (a cast to float32 of an int64
         # Partial(sum) is wrong only when they do), and a product that is zero
