@@ -42,10 +42,30 @@ def reduced_value(operand):
     if kind == "R":
         return torch.tensor(values, dtype=dtype)
     per_rank = [torch.tensor(v, dtype=dtype) for v in values]
-    if reduce_op == "max":
-        return functools.reduce(torch.maximum, per_rank)
-    # c10d's sum: in the dtype, so int8 wraps
+    if reduce_op in ("max", "min"):
+        pick = torch.maximum if reduce_op == "max" else torch.minimum
+        return functools.reduce(pick, per_rank)
+    if reduce_op == "avg":
+        total = functools.reduce(operator.add, per_rank)
+        if dtype.is_floating_point:
+            return total / len(per_rank)
+        return total // len(per_rank)  # the cases' sums are not negative
+    # c10d's sum: in the dtype, so int8 wraps and bool saturates (add is or)
     return functools.reduce(operator.add, per_rank)
+
+
+def operand_dtensor(mesh, rank, operand):
+    """The DTensor of a ``P(...)``/``R(...)`` operand on ``rank``; a plain tensor is
+    returned as is."""
+    if isinstance(operand, torch.Tensor):
+        return operand
+    kind, reduce_op, dtype, values = operand
+    if kind == "R":
+        return DTensor.from_local(
+            torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
+        )
+    local = map_local_for_rank(rank, lambda r: torch.tensor(values[r], dtype=dtype))
+    return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
 
 
 XS = [1.5, 2.0, 3.0, 1.0], [0.5, -2.0, 1.0, 3.0]
@@ -55,17 +75,7 @@ class DistPartialRsubTest(DTensorContinuousTestBase):
     world_size = 2
 
     def _dtensor(self, mesh, operand):
-        if isinstance(operand, torch.Tensor):
-            return operand
-        kind, reduce_op, dtype, values = operand
-        if kind == "R":
-            return DTensor.from_local(
-                torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
-            )
-        local = map_local_for_rank(
-            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
-        )
-        return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+        return operand_dtensor(mesh, self.rank, operand)
 
     def _check(self, mesh, fn, operands, placement, collectives):
         """fn on DTensors of ``operands`` against fn on the reduced tensors."""

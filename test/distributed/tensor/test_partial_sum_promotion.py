@@ -10,7 +10,6 @@ collective count; the cases that keep their Partial show the check costs nothing
 where the op computes in the input's dtype.
 """
 
-import functools
 import operator
 
 import torch
@@ -22,7 +21,13 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
     DTensorContinuousTestBase,
     LocalDTensorContinuousTestBase,
-    map_local_for_rank,
+)
+
+from test_partial_rsub import (  # the test file of the rsub PR, before this one
+    operand_dtensor,
+    P,
+    R,
+    reduced_value,
 )
 
 
@@ -36,15 +41,6 @@ i8, u8, i16, i32, i64, f16, f32 = (
     torch.float32,
 )
 B = torch.bool
-
-
-def P(dtype, rank0, rank1, reduce_op="sum"):
-    """A Partial operand: its rank r holds rank0 / rank1."""
-    return ("P", reduce_op, dtype, (rank0, rank1))
-
-
-def R(dtype, value):
-    return ("R", None, dtype, value)
 
 
 WRAP = {  # per-rank values whose sum wraps (or saturates) in the dtype
@@ -234,36 +230,11 @@ OUT_KEPT = [
 GLOO_CANNOT_REDUCE = (torch.int16,)
 
 
-def reduced_value(operand):
-    kind, reduce_op, dtype, values = operand
-    if kind == "R":
-        return torch.tensor(values, dtype=dtype)
-    per_rank = [torch.tensor(v, dtype=dtype) for v in values]
-    if reduce_op in ("max", "min"):
-        pick = torch.maximum if reduce_op == "max" else torch.minimum
-        return functools.reduce(pick, per_rank)
-    if reduce_op == "avg":
-        total = functools.reduce(operator.add, per_rank)
-        if dtype.is_floating_point:
-            return total / len(per_rank)
-        return total // len(per_rank)  # the cases' sums are not negative
-    # c10d's sum: in the dtype, so int8 wraps and bool saturates (add is or)
-    return functools.reduce(operator.add, per_rank)
-
-
 class DistPartialSumPromotionTest(DTensorContinuousTestBase):
     world_size = 2
 
     def _dtensor(self, mesh, operand):
-        kind, reduce_op, dtype, values = operand
-        if kind == "R":
-            return DTensor.from_local(
-                torch.tensor(values, dtype=dtype), mesh, [Replicate()], run_check=False
-            )
-        local = map_local_for_rank(
-            self.rank, lambda rank: torch.tensor(values[rank], dtype=dtype)
-        )
-        return DTensor.from_local(local, mesh, [Partial(reduce_op)], run_check=False)
+        return operand_dtensor(mesh, self.rank, operand)
 
     def _check(self, mesh, name, fn, operands, placement, collectives):
         if dist.get_backend() == "gloo" and any(
