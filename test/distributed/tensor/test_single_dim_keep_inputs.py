@@ -83,6 +83,14 @@ def _full_expansion_only(*args, **kwargs):
     return _expand_single_dim_strategy_to_mesh(*args, **kwargs)
 
 
+def _full_expansion_everywhere(*args, **kwargs):
+    # every shortcut keyword that sharding propagation passes, turned off
+    for shortcut in ("inputs_as_they_are_if_matched", "leave_out_unreachable_partials"):
+        if shortcut in kwargs:
+            kwargs[shortcut] = False
+    return _expand_single_dim_strategy_to_mesh(*args, **kwargs)
+
+
 class RunOpMixin(FakeMeshMixin):
     """FakeMeshMixin with DTensor inputs and the outcome of an op on them, for
     the tests that compare sharding propagation with and without a shortcut
@@ -383,6 +391,61 @@ class TestKeepInputsIfMatched(RunOpMixin, TestCase):
                 self.assertGreater(len(costs), 0, msg=msg)
                 self.assertGreaterEqual(min(costs), 0.0, msg=msg)
                 self.assertEqual(with_shortcut, full_result, msg=msg)
+
+    def test_foreach_ops_take_the_full_expansion(self):
+        # each element of a foreach op is selected without the op schema, so
+        # no shortcut may shorten its strategy list: every element sees as
+        # many strategies as the full expansion of its per-element op
+        p = [Shard(0), Replicate(), Partial()]
+        r = [Shard(0), Replicate(), Replicate()]
+        ops = {
+            # name: foreach call, its per-element op, input placements
+            "_foreach_add": (
+                lambda x, y: torch._foreach_add([x, x], [y, y]),
+                lambda x, y: x + y,
+                [p, p],
+            ),
+            "_foreach_mul": (
+                lambda x, y: torch._foreach_mul([x, x], [y, y]),
+                lambda x, y: x * y,
+                [p, r],
+            ),
+            "_foreach_neg": (lambda x: torch._foreach_neg([x, x]), torch.neg, [p]),
+        }
+
+        select = sharding_prop._select_min_cost_strategy
+
+        def sizes_of(
+            fn, placements, with_schema, expand=_expand_single_dim_strategy_to_mesh
+        ):
+            sizes = []
+
+            def recording(strategy, op_schema=None):
+                if (op_schema is not None) == with_schema:
+                    sizes.append(len(strategy.strategies))
+                return select(strategy, op_schema)
+
+            with (
+                mock.patch.object(
+                    sharding_prop, "_expand_single_dim_strategy_to_mesh", expand
+                ),
+                mock.patch.object(
+                    sharding_prop, "_select_min_cost_strategy", recording
+                ),
+            ):
+                self.run_op(fn, self.mesh, placements)
+            return sizes
+
+        for name, (foreach_fn, element_fn, placements) in ops.items():
+            with self.subTest(name):
+                per_element = sizes_of(foreach_fn, placements, with_schema=False)
+                (full,) = sizes_of(
+                    element_fn, placements, True, _full_expansion_everywhere
+                )
+                (kept,) = sizes_of(element_fn, placements, True)
+                self.assertEqual(per_element, [full, full])
+                # the inputs match a rule: the op's own call takes the shortcut
+                self.assertEqual(kept, 1)
 
     def test_same_placements_and_collectives_as_the_full_expansion(self):
         # every op above, pairs of placements on two mesh dims (third dim
