@@ -39,12 +39,8 @@ def worker(rank, store_path, out_dir):
     lines = []
     for config in t.PP2_CONFIGS:
         for schedule_cls in t.PP2_SCHEDULES:
-            dp_groups = [
-                dist.new_group([r, r + 2], timeout=CASE_TIMEOUT) for r in (0, 1)
-            ]
-            pp_groups = [
-                dist.new_group([r, r + 1], timeout=CASE_TIMEOUT) for r in (0, 2)
-            ]
+            dp_groups = [dist.new_group([r, r + 2], timeout=CASE_TIMEOUT) for r in (0, 1)]
+            pp_groups = [dist.new_group([r, r + 1], timeout=CASE_TIMEOUT) for r in (0, 2)]
             groups = dp_groups[rank % 2], pp_groups[rank // 2]
             start = time.monotonic()
             try:

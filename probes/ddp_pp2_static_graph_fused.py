@@ -36,12 +36,8 @@ def worker(rank, store_path, out_dir):
     lines = []
     dp_rank, pp_rank = divmod(rank, 2)
     for schedule_cls in (t.Schedule1F1B, t.ScheduleInterleaved1F1B):
-        dp_groups = [
-            dist.new_group([r, r + 2], timeout=timedelta(seconds=10)) for r in (0, 1)
-        ]
-        pp_groups = [
-            dist.new_group([r, r + 1], timeout=timedelta(seconds=10)) for r in (0, 2)
-        ]
+        dp_groups = [dist.new_group([r, r + 2], timeout=timedelta(seconds=10)) for r in (0, 1)]
+        pp_groups = [dist.new_group([r, r + 1], timeout=timedelta(seconds=10)) for r in (0, 2)]
         dp_group, pp_group = dp_groups[rank % 2], pp_groups[rank // 2]
         per_rank = t.PP2_SCHEDULES[schedule_cls][0]
         n_stages = 2 * per_rank
@@ -77,7 +73,7 @@ def worker(rank, store_path, out_dir):
                     diffs = {
                         n: f"{(p.grad - r.grad).abs().max().item():.3g}"
                         for (n, p), r in zip(
-                            modules[i].named_parameters(), ref[i].parameters()
+                            modules[i].named_parameters(), ref[i].parameters(), strict=True
                         )
                     }
                     for p in modules[i].parameters():
@@ -88,8 +84,10 @@ def worker(rank, store_path, out_dir):
                         f"max|grad - ref| {diffs} buckets handed {hand}"
                     )
         except Exception as error:  # noqa: BLE001
-            lines.append(f"{name:24s} rank {rank}: {type(error).__name__}: "
-                         f"{' '.join(str(error).split())[:200]}")
+            lines.append(
+                f"{name:24s} rank {rank}: {type(error).__name__}: "
+                f"{' '.join(str(error).split())[:200]}"
+            )
         dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -947,9 +947,7 @@ class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
         events = []  # ("acc", stage, name) and ("comm", stage, bucket)
         stages = []
         for i in layout:
-            ddp = recording_ddp(
-                modules[i], dp_group, events, ("comm", i), **ddp_kwargs
-            )
+            ddp = recording_ddp(modules[i], dp_group, events, ("comm", i), **ddp_kwargs)
             for name, p in modules[i].named_parameters():
                 p.register_post_accumulate_grad_hook(
                     lambda p, i=i, name=name: events.append(("acc", i, name))
@@ -997,9 +995,7 @@ class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
                 )
                 if step == 0:
                     continue  # before DDP rebuilt its buckets
-                self.assertEqual(
-                    n_buckets, len(list(modules[i].parameters())), msg=msg
-                )
+                self.assertEqual(n_buckets, len(list(modules[i].parameters())), msg=msg)
                 first_comm = next(k for k, e in enumerate(mine) if e[0] == "comm")
                 last_acc = max(k for k, e in enumerate(mine) if e[0] == "acc")
                 self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
