@@ -25,8 +25,11 @@ ready with a zero gradient): a sparse embedding stays sparse and right, and the
 parameter's own hooks are called once more (pinned).
 
 test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
-per replica, every stage DDP with the default options, under the same schedules
-and Schedule1F1B: the same gradient, once-per-bucket and overlap checks.
+per replica, every stage DDP, under the same schedules and Schedule1F1B: with the
+default options and gradient_as_bucket_view (and find_unused_parameters under the
+fused schedules) the same gradient, once-per-bucket and overlap checks; the
+refused options raise on every rank (the process groups time out after 30 s, so
+a rank that does not refuse fails instead of hanging).
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
