@@ -28,8 +28,8 @@ test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
 per replica, every stage DDP, under the same schedules and Schedule1F1B: with the
 default options and gradient_as_bucket_view (and find_unused_parameters under the
 fused schedules) the same gradient, once-per-bucket and overlap checks; the
-refused options raise on every rank (the process groups time out after 30 s, so
-a rank that does not refuse fails instead of hanging).
+refused options raise on every rank (the data- and pipeline-parallel groups time
+out after 30 s, so a rank that does not refuse fails instead of hanging).
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -915,8 +915,10 @@ PP2_CONFIGS = {
     "find_unused_parameters": SPLIT,
     "static_graph": SPLIT,
 }
-# Every collective and pipeline transfer of the four-rank test waits at most this
-# long: a rank that does not refuse while its peers do fails instead of hanging.
+# Every collective and pipeline transfer of the four-rank test's DDP modules and
+# stages waits at most this long: a rank that does not refuse while its peers do
+# fails instead of hanging. (The default group keeps the default timeout, so that
+# slow process start-up on a loaded machine is not a failure.)
 PG_TIMEOUT = timedelta(seconds=30)
 
 
@@ -924,15 +926,6 @@ class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
     @property
     def world_size(self) -> int:
         return 4
-
-    def init_gloo(self):
-        dist.init_process_group(
-            backend="gloo",
-            store=dist.FileStore(self.file_name, self.world_size),
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=PG_TIMEOUT,
-        )
 
     def _run_dp2_pp2(self, schedule_cls, config, dp_group, pp_group):
         dp, pp = 2, 2
@@ -1015,7 +1008,8 @@ class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
         # ranks then meet at a barrier (none waits in the pipeline).
         self.init_gloo()
         # The (dp, pp) = (2, 2) mesh's groups (rank = 2 * dp_rank + pp_rank),
-        # built directly to give them the short timeout.
+        # built directly to give them the short timeout (init_device_mesh
+        # would give them the default one).
         dp_groups = [dist.new_group([r, r + 2], timeout=PG_TIMEOUT) for r in (0, 1)]
         pp_groups = [dist.new_group([r, r + 1], timeout=PG_TIMEOUT) for r in (0, 2)]
         groups = dp_groups[self.rank % 2], pp_groups[self.rank // 2]
