@@ -25,8 +25,11 @@ ready with a zero gradient): a sparse embedding stays sparse and right, and the
 parameter's own hooks are called once more (pinned).
 
 test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
-per replica, every stage DDP with the default options, under the same schedules
-and Schedule1F1B: the same gradient, once-per-bucket and overlap checks.
+per replica, every stage DDP, under the same schedules and Schedule1F1B: with the
+default options and gradient_as_bucket_view (and find_unused_parameters under the
+fused schedules) the same gradient, once-per-bucket and overlap checks; the
+refused options raise on every rank (the data- and pipeline-parallel groups time
+out after 30 s, so a rank that does not refuse fails instead of hanging).
 
 test_ddp_stage_usage covers how a training loop drives DDP around the schedule:
 gradient accumulation across steps under the user's no_sync() (the schedule
@@ -46,6 +49,7 @@ parameter of the module, each once."""
 
 import contextlib
 import os
+from datetime import timedelta
 
 import torch
 import torch._dynamo
@@ -899,6 +903,23 @@ PP2_SCHEDULES = {
     ScheduleInterleaved1F1B: (2, "loop"),
     Schedule1F1B: (1, "loop"),
 }
+# DDP options at (dp, pp) = (2, 2) -> the schedules that refuse them. With more
+# than one pipeline rank every stage of ScheduleDualPipeV but stage 0 ends with a
+# split W, so find_unused_parameters is refused there too (every rank refuses,
+# also the one whose own stages end fused); it works under the fused schedules
+# (with a parameter no micro-batch uses). static_graph under a fused schedule is
+# a defect of its own (see test_ddp_stages) and is not run.
+PP2_CONFIGS = {
+    "default": set(),
+    "gradient_as_bucket_view": set(),
+    "find_unused_parameters": SPLIT,
+    "static_graph": SPLIT,
+}
+# Every collective and pipeline transfer of the four-rank test's DDP modules and
+# stages waits at most this long: a rank that does not refuse while its peers do
+# fails instead of hanging. (The default group keeps the default timeout, so that
+# slow process start-up on a loaded machine is not a failure.)
+PG_TIMEOUT = timedelta(seconds=30)
 
 
 class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
@@ -906,86 +927,99 @@ class ScheduleDDPFourRankTest(TwoRankGlooTestCase):
     def world_size(self) -> int:
         return 4
 
+    def _run_dp2_pp2(self, schedule_cls, config, dp_group, pp_group):
+        dp, pp = 2, 2
+        dp_rank, pp_rank = divmod(self.rank, pp)
+        per_rank, placement = PP2_SCHEDULES[schedule_cls]
+        n_stages = per_rank * pp
+        layout = (
+            [pp_rank, n_stages - 1 - pp_rank]
+            if placement == "v"
+            else list(range(pp_rank, n_stages, pp))
+        )
+        with_unused = config == "find_unused_parameters"
+        ddp_kwargs = {} if config == "default" else {config: True}
+        modules = build(n_stages, with_unused)
+        events = []  # ("acc", stage, name) and ("comm", stage, bucket)
+        stages = []
+        for i in layout:
+            ddp = recording_ddp(modules[i], dp_group, events, ("comm", i), **ddp_kwargs)
+            for name, p in modules[i].named_parameters():
+                p.register_post_accumulate_grad_hook(
+                    lambda p, i=i, name=name: events.append(("acc", i, name))
+                )
+            stages.append(
+                PipelineStage(ddp, i, n_stages, torch.device("cpu"), group=pp_group)
+            )
+        schedule = schedule_cls(
+            stages if per_rank > 1 else stages[0],
+            n_microbatches=N_MICROBATCHES,
+            loss_fn=loss_fn,
+        )
+        for step in range(N_STEPS):
+            events.clear()
+            x, y = data(step, dp_rank)
+            args = (x,) if 0 in layout else ()
+            kwargs = {"target": y} if n_stages - 1 in layout else {}
+            if schedule_cls in PP2_CONFIGS[config]:
+                # Refused on every rank at the first step, before anything is
+                # computed or exchanged.
+                with self.assertRaisesRegex(RuntimeError, f"{config}=True"):
+                    schedule.step(*args, **kwargs)
+                self.assertEqual(events, [])
+                for i in layout:
+                    for p in modules[i].parameters():
+                        self.assertIsNone(p.grad)
+                return
+            schedule.step(*args, **kwargs)
+            reference = reference_grads(build(n_stages, with_unused), step, dp)
+            for i in layout:
+                msg = f"{schedule_cls.__name__}, {config}, step {step}, stage {i}"
+                for (name, p), ref in zip(
+                    modules[i].named_parameters(),
+                    reference[i].parameters(),
+                    strict=True,
+                ):
+                    torch.testing.assert_close(p.grad, ref.grad, msg=f"{msg} {name}")
+                    p.grad = None
+                mine = [e[:3] for e in events if e[1] == i]
+                n_buckets = assert_each_bucket_once(
+                    self,
+                    [(e[2], e[3]) for e in events if e[0] == "comm" and e[1] == i],
+                    modules[i],
+                    f"{msg} {mine}",
+                )
+                if step == 0:
+                    continue  # before DDP rebuilt its buckets
+                self.assertEqual(n_buckets, len(list(modules[i].parameters())), msg=msg)
+                first_comm = next(k for k, e in enumerate(mine) if e[0] == "comm")
+                last_acc = max(k for k, e in enumerate(mine) if e[0] == "acc")
+                self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
+
     def test_ddp_stages_dp2_pp2(self):
         # (dp, pp) = (2, 2): two pipeline ranks per data-parallel replica, every
-        # stage DDP (default options) over its two replicas. For two steps,
-        # every rank's gradients equal the float64 single-process reference
-        # averaged over the replicas, each bucket is handed to the comm hook
-        # once per step, and from the second step on (one parameter per
-        # bucket) the first bucket's all-reduce starts before the stage's last
-        # gradient accumulation.
+        # stage DDP with the options of PP2_CONFIGS over its two replicas. For
+        # two steps, every rank's gradients equal the float64 single-process
+        # reference averaged over the replicas, each bucket is handed to the
+        # comm hook once per step, and from the second step on (one parameter
+        # per bucket) the first bucket's all-reduce starts before the stage's
+        # last gradient accumulation. A refused option raises on every rank at
+        # the first step with nothing computed or handed to the hook, and the
+        # ranks then meet at a barrier (none waits in the pipeline).
         self.init_gloo()
-        dp, pp = 2, 2
-        mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("dp", "pp"))
-        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
-        dp_rank, pp_rank = mesh.get_local_rank("dp"), mesh.get_local_rank("pp")
-        for schedule_cls, (per_rank, placement) in PP2_SCHEDULES.items():
-            n_stages = per_rank * pp
-            layout = (
-                [pp_rank, n_stages - 1 - pp_rank]
-                if placement == "v"
-                else list(range(pp_rank, n_stages, pp))
-            )
-            with self.subTest(schedule=schedule_cls.__name__):
-                modules = build(n_stages)
-                events = []  # ("acc", stage, name) and ("comm", stage, bucket)
-                stages = []
-                for i in layout:
-                    ddp = recording_ddp(modules[i], dp_group, events, ("comm", i))
-                    for name, p in modules[i].named_parameters():
-                        p.register_post_accumulate_grad_hook(
-                            lambda p, i=i, name=name: events.append(("acc", i, name))
-                        )
-                    stages.append(
-                        PipelineStage(
-                            ddp, i, n_stages, torch.device("cpu"), group=pp_group
-                        )
-                    )
-                schedule = schedule_cls(
-                    stages if per_rank > 1 else stages[0],
-                    n_microbatches=N_MICROBATCHES,
-                    loss_fn=loss_fn,
-                )
-                for step in range(N_STEPS):
-                    events.clear()
-                    x, y = data(step, dp_rank)
-                    kwargs = {"target": y} if n_stages - 1 in layout else {}
-                    if 0 in layout:
-                        schedule.step(x, **kwargs)
-                    else:
-                        schedule.step(**kwargs)
-                    reference = reference_grads(build(n_stages), step, dp)
-                    for i in layout:
-                        msg = f"{schedule_cls.__name__}, step {step}, stage {i}"
-                        for (name, p), ref in zip(
-                            modules[i].named_parameters(),
-                            reference[i].parameters(),
-                            strict=True,
-                        ):
-                            torch.testing.assert_close(
-                                p.grad, ref.grad, msg=f"{msg} {name}"
-                            )
-                            p.grad = None
-                        mine = [e[:3] for e in events if e[1] == i]
-                        n_buckets = assert_each_bucket_once(
-                            self,
-                            [
-                                (e[2], e[3])
-                                for e in events
-                                if e[0] == "comm" and e[1] == i
-                            ],
-                            modules[i],
-                            f"{msg} {mine}",
-                        )
-                        if step == 0:
-                            continue  # before DDP rebuilt its buckets
-                        self.assertEqual(n_buckets, 2, msg=msg)
-                        first_comm = next(
-                            k for k, e in enumerate(mine) if e[0] == "comm"
-                        )
-                        last_acc = max(k for k, e in enumerate(mine) if e[0] == "acc")
-                        self.assertLess(first_comm, last_acc, msg=f"{msg}: {mine}")
-            dist.barrier()
+        # The (dp, pp) = (2, 2) mesh's groups (rank = 2 * dp_rank + pp_rank),
+        # built directly to give them the short timeout (init_device_mesh
+        # would give them the default one).
+        dp_groups = [dist.new_group([r, r + 2], timeout=PG_TIMEOUT) for r in (0, 1)]
+        pp_groups = [dist.new_group([r, r + 1], timeout=PG_TIMEOUT) for r in (0, 2)]
+        groups = dp_groups[self.rank % 2], pp_groups[self.rank // 2]
+        for config, refused in PP2_CONFIGS.items():
+            for schedule_cls in PP2_SCHEDULES:
+                if config == "static_graph" and schedule_cls not in refused:
+                    continue
+                with self.subTest(config=config, schedule=schedule_cls.__name__):
+                    self._run_dp2_pp2(schedule_cls, config, *groups)
+                dist.barrier()
         dist.destroy_process_group()
 
 
