@@ -119,9 +119,12 @@ def cases(mesh):
         batch = torch.rand(4, 16)
         return lambda: model(batch).sum().backward()
 
-    def compiled(fn):
+    def compiled(fn, requires_grad=True):
+        # requires_grad=False: an inference graph (no output requires grad)
         def setup():
-            weight = torch.nn.Parameter(dtensor(Shard(0)))
+            weight = dtensor(Shard(0))
+            if requires_grad:
+                weight = torch.nn.Parameter(weight)
             compiled_fn = torch.compile(fn, backend="inductor")
             return lambda: compiled_fn(weight)
 
@@ -177,6 +180,8 @@ def cases(mesh):
         ("TP MLP fwd+bwd (Colwise+Rowwise)", tp_mlp),
         ("compiled w.to_local(), w = S(0) param", compiled(lambda w: w.to_local())),
         ("compiled w.to_local().t()", compiled(lambda w: w.to_local().t())),
+        ("compiled w.to_local().t(), inference graph", compiled(lambda w: w.to_local().t(), False)),
+        ("compiled w.to_local() * 2 (no alias)", compiled(lambda w: w.to_local() * 2)),
         ("compiled (w * 2).to_local() (no alias)", compiled(lambda w: (w * 2).to_local())),
         ("compiled w * 2 (DTensor output)", compiled(lambda w: w * 2)),
     ]
