@@ -76,6 +76,18 @@ def cases(mesh):
 
         return setup
 
+    def partial_and_replicate(dtype, fn):
+        # fn(x, y): x a float32 P(sum), y a Replicate of `dtype`; the op takes y
+        # Replicate -> Partial(sum) locally (no collective)
+        def setup():
+            x = dtensor(Partial())
+            y = DTensor.from_local(
+                (torch.rand(8, 8) * 10).to(dtype), mesh, [Replicate()], run_check=False
+            )
+            return lambda: fn(x, y)
+
+        return setup
+
     def fill_new_scalar():
         x, counter = dtensor(Shard(0)), iter(range(1 << 62))
         return lambda: x.fill_(next(counter) * 0.5)
@@ -128,7 +140,7 @@ def cases(mesh):
         return setup
 
     S, R, P = Shard(0), Replicate(), Partial()
-    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
     return [
         ("fill_(1.5) S(0), same scalar", op(S, lambda x: x.fill_(1.5))),
         ("fill_(v) S(0), new scalar each call", fill_new_scalar),
@@ -163,6 +175,9 @@ def cases(mesh):
         ("R.addcmul_(x, y), x, y = P(sum)", addcmul_distinct),
         ("_foreach_add_(64 R, 64 distinct P(sum))", foreach_add_distinct(64)),
         ("_foreach_add_(256 R, 256 distinct P(sum))", foreach_add_distinct(256)),
+        ("P(sum) - R, float32 R", partial_and_replicate(f32, lambda x, y: x - y)),
+        ("P(sum) - R, int64 R", partial_and_replicate(i64, lambda x, y: x - y)),
+        ("rsub(P(sum), R), int64 R", partial_and_replicate(i64, torch.rsub)),
         ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
         ("sum(1, out=) S(0)", out_variant(S, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("sum(1, out=) P(sum)", out_variant(P, lambda x, o: torch.sum(x, 1, out=o), (8,))),
