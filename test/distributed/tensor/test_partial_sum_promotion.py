@@ -794,9 +794,7 @@ class MaxMinFitRulesTest(TestCase):
         def meta(dtype):
             return TensorMeta(torch.Size([4]), (1,), dtype)
 
-        rules = info.func(
-            aten.maximum.out, (meta(u8), meta(i8)), {"out": meta(u8)}
-        )
+        rules = info.func(aten.maximum.out, (meta(u8), meta(i8)), {"out": meta(u8)})
 
         def replicated_outputs(placements):
             return {
