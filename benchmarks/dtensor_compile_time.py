@@ -339,7 +339,8 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
     parser.add_argument(
         "--without", action="append", default=[],
-        help="add a variant: the overlay without the patch whose subject contains TEXT",
+        help="add a variant: the overlay without the patch whose subject contains TEXT"
+        " (A+B: several, later patches first)",
     )  # fmt: skip
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_compile_time.json")
@@ -361,7 +362,9 @@ def main() -> None:
         for i, text in enumerate(args.without):
             other = Path(scratch) / f"tree-without-{i}"
             materialize(REPO, other)
-            removed[f"overlay - {text}"] = without_patch(other, text)
+            removed[f"overlay - {text}"] = "; ".join(
+                without_patch(other, part) for part in text.split("+")
+            )
             envs[f"overlay - {text}"] = environment(other)
         workers = {
             label: Worker(label, env, __file__, worker_args, Path(scratch))

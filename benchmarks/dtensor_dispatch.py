@@ -1,11 +1,12 @@
 """DTensor dispatch cost per op: stock torch vs the overlay, measured in one run.
 
-    python benchmarks/dtensor_dispatch.py [--reps N] [--quick] [--only TEXT] [--out FILE]
+    python benchmarks/dtensor_dispatch.py [--reps N] [--quick] [--only TEXT] [--rank R]
+                                          [--out FILE]
 
 Starts two long-lived worker processes, one on stock torch and one with the overlay's
 active patches, and drives them with interleaved repetitions (stock rep i, overlay rep i,
 stock rep i+1, ...) so that machine noise hits both alike. Each worker is rank 0 of 2 on the
-fake process group: DTensor dispatch (C++ fast path, sharding propagation, redistribution)
+fake process group (--rank 1: rank 1, for rules whose local work differs by rank): DTensor dispatch (C++ fast path, sharding propagation, redistribution)
 runs as on a real rank, collectives are counted (CommDebugMode) but move no data, and local
 tensors are tiny so the time is dispatch, not compute. A repetition times a batch of calls
 (about --rep-ms long) and reports the time per call: the worker's CPU time
@@ -76,6 +77,18 @@ def cases(mesh):
 
         return setup
 
+    def partial_and_replicate(dtype, fn):
+        # fn(x, y): x a float32 P(sum), y a Replicate of `dtype`; the op takes y
+        # Replicate -> Partial(sum) locally (no collective)
+        def setup():
+            x = dtensor(Partial())
+            y = DTensor.from_local(
+                (torch.rand(8, 8) * 10).to(dtype), mesh, [Replicate()], run_check=False
+            )
+            return lambda: fn(x, y)
+
+        return setup
+
     def fill_new_scalar():
         x, counter = dtensor(Shard(0)), iter(range(1 << 62))
         return lambda: x.fill_(next(counter) * 0.5)
@@ -119,16 +132,19 @@ def cases(mesh):
         batch = torch.rand(4, 16)
         return lambda: model(batch).sum().backward()
 
-    def compiled(fn):
+    def compiled(fn, requires_grad=True):
+        # requires_grad=False: an inference graph (no output requires grad)
         def setup():
-            weight = torch.nn.Parameter(dtensor(Shard(0)))
+            weight = dtensor(Shard(0))
+            if requires_grad:
+                weight = torch.nn.Parameter(weight)
             compiled_fn = torch.compile(fn, backend="inductor")
             return lambda: compiled_fn(weight)
 
         return setup
 
     S, R, P = Shard(0), Replicate(), Partial()
-    f32, bf16, i32 = torch.float32, torch.bfloat16, torch.int32
+    f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
     return [
         ("fill_(1.5) S(0), same scalar", op(S, lambda x: x.fill_(1.5))),
         ("fill_(v) S(0), new scalar each call", fill_new_scalar),
@@ -163,6 +179,9 @@ def cases(mesh):
         ("R.addcmul_(x, y), x, y = P(sum)", addcmul_distinct),
         ("_foreach_add_(64 R, 64 distinct P(sum))", foreach_add_distinct(64)),
         ("_foreach_add_(256 R, 256 distinct P(sum))", foreach_add_distinct(256)),
+        ("P(sum) - R, float32 R", partial_and_replicate(f32, lambda x, y: x - y)),
+        ("P(sum) - R, int64 R", partial_and_replicate(i64, lambda x, y: x - y)),
+        ("rsub(P(sum), R), int64 R", partial_and_replicate(i64, torch.rsub)),
         ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
         ("sum(1, out=) S(0)", out_variant(S, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("sum(1, out=) P(sum)", out_variant(P, lambda x, o: torch.sum(x, 1, out=o), (8,))),
@@ -177,6 +196,8 @@ def cases(mesh):
         ("TP MLP fwd+bwd (Colwise+Rowwise)", tp_mlp),
         ("compiled w.to_local(), w = S(0) param", compiled(lambda w: w.to_local())),
         ("compiled w.to_local().t()", compiled(lambda w: w.to_local().t())),
+        ("compiled w.to_local().t(), inference graph", compiled(lambda w: w.to_local().t(), False)),
+        ("compiled w.to_local() * 2 (no alias)", compiled(lambda w: w.to_local() * 2)),
         ("compiled (w * 2).to_local() (no alias)", compiled(lambda w: (w * 2).to_local())),
         ("compiled w * 2 (DTensor output)", compiled(lambda w: w * 2)),
     ]
@@ -300,7 +321,7 @@ def serve(reply, setups: dict, handlers: dict) -> None:
             reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
 
 
-def worker(rep_ms: float) -> None:
+def worker(rep_ms: float, rank: int) -> None:
     reply = reply_channel()
 
     import torch
@@ -309,7 +330,7 @@ def worker(rep_ms: float) -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     torch.set_num_threads(1)  # two workers share this machine's cores
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=WORLD_SIZE)
     mesh = init_device_mesh("cpu", (WORLD_SIZE,))
 
     def prepare_row(setup, request):
@@ -509,15 +530,18 @@ def main() -> None:
     parser.add_argument("--rep-ms", type=float, default=5.0, help="ms per repetition")
     parser.add_argument("--quick", action="store_true", help="3 short repetitions (smoke test)")
     parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
+    parser.add_argument("--rank", type=int, default=0, choices=range(WORLD_SIZE),
+                        help="the rank the workers play (default 0)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_dispatch.json")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.rep_ms = 3, 2.0
     if args.worker:
-        worker(args.rep_ms)
+        worker(args.rep_ms, args.rank)
         return
 
-    with stock_and_overlay(__file__, ["--rep-ms", str(args.rep_ms)]) as (
+    worker_args = ["--rep-ms", str(args.rep_ms), "--rank", str(args.rank)]
+    with stock_and_overlay(__file__, worker_args) as (
         plan, overlay_files, workers,
     ):  # fmt: skip
         rows = []
@@ -528,7 +552,7 @@ def main() -> None:
             rows.append(summarize(name, prepared, reps))
         caches = {label: w.ask(cmd="caches") for label, w in workers.items()}
 
-    print(f"overlay: {plan.summary()}; rank 0 of {WORLD_SIZE} on the fake process group, "
+    print(f"overlay: {plan.summary()}; rank {args.rank} of {WORLD_SIZE} on the fake process group, "
           f"median of {args.reps} interleaved repetitions of ~{args.rep_ms:g} ms, CPU us per call")  # fmt: skip
     print_table(rows)
     print("sharding-propagation cache entries after the run:")
@@ -543,9 +567,10 @@ def main() -> None:
               f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x, cache growth or error)")  # fmt: skip
     report = {
         "overlay_files": overlay_files,
-        "partial": bool(args.only or args.quick),  # verify passes only a full run
+        "partial": bool(args.only or args.quick or args.rank),  # verify: full run, rank 0
         "overlay": plan.summary(),
         "world_size": WORLD_SIZE,
+        "rank": args.rank,
         "reps": args.reps,
         "rep_ms": args.rep_ms,
         "ratio_limit": RATIO_LIMIT,

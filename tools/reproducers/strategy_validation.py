@@ -24,7 +24,8 @@ NEGATE_PATCH = (
     "[DTensor] strategy_validation: do not negate integer indices next to floating-point values"
 )
 RANDOM_PATCH = (
-    "[DTensor] strategy_validation: skip geometric and log_normal like the other random samplers"
+    "[DTensor] strategy_validation: skip geometric, log_normal and multinomial like the other "
+    "random samplers"
 )
 PARTIAL_PATCH = (
     "[DTensor] strategy_validation: build Partial inputs for every reduce op and integer dtype"
@@ -162,15 +163,32 @@ def validator_ldl_solve_pivots() -> Outcome:
 
 
 @reproducer(
-    bug="validator: geometric / log_normal rules called incorrect (random samplers)",
+    bug="validator: geometric / log_normal / multinomial rules called incorrect (random samplers)",
     upstream="-",
     patch=RANDOM_PATCH,
 )
 def validator_skips_random_samplers() -> Outcome:
     import torch.distributed.tensor._ops.strategy_validation as sv
 
-    skipped = {op: op in sv.SKIP_OPS for op in ("geometric", "log_normal")}
+    skipped = {op: op in sv.SKIP_OPS for op in ("geometric", "log_normal", "multinomial")}
     return Outcome(all(skipped.values()), f"in SKIP_OPS: {skipped}")
+
+
+@reproducer(
+    bug="validator: bf16 grid_sampler_2d P(sum), R -> P(sum) called incorrect (outputs cancel)",
+    upstream="-",
+    patch=TOLERANCE_PATCH,
+)
+def validator_grid_sampler_bfloat16() -> Outcome:
+    import torch
+    from torch.distributed.tensor import Partial, Replicate
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 24, generator=g).to(torch.bfloat16)
+    grid = (torch.rand(2, 15, 12, 2, generator=g) * 2.2 - 1.1).to(torch.bfloat16)
+    right = ((Partial("sum"), Replicate()), (Partial("sum"),))
+    wrong = ((Partial("sum"), Replicate()), (Partial("avg"),))
+    return judge(torch.ops.aten.grid_sampler_2d.default, (x, grid, 0, 0, False), right, wrong)
 
 
 @reproducer(

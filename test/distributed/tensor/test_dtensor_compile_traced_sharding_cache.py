@@ -12,21 +12,29 @@ fake process group is enough (propagation runs at compile time).
 import gc
 import queue
 import threading
+from collections import deque, namedtuple, OrderedDict
 from unittest import mock
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor._sharding_prop import ShardingPropagator
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._sharding_prop import (
+    _collect_spec_meshes,
+    ShardingPropagator,
+)
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor.experimental._context_parallel._sharding_rules import (
     _single_dim_strategy_context,
 )
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.immutable_collections import immutable_list
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._pytree import tree_leaves
 
 
 class DTensorCompileTracedShardingCacheTest(TestCase):
@@ -259,6 +267,40 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
             sizes.append(len(self.traced_cache()))
         self.assertGreater(sizes[0], 0)
         self.assertEqual(sizes, [sizes[0]] * 3)
+
+    def test_key_meshes_follow_the_pytree_leaves(self):
+        # A traced lookup keys on the mesh of each DTensorSpec among the pytree
+        # leaves of the schema's arguments, in tree_leaves order, and propagates
+        # uncached when a leaf is a SymFloat or SymBool; the walk that collects
+        # them gives what tree_leaves gives, for every container pytree knows.
+        a = self.dtensor()._spec
+        other_mesh = init_device_mesh("cpu", (4,))
+        b = DTensor.from_local(
+            torch.ones(2), other_mesh, [Replicate()], run_check=False
+        )._spec
+        Pair = namedtuple("Pair", "x y")
+        shape_env = ShapeEnv()
+        cases = [
+            (a, 2, [b, a], (1.5, [b, (a,)]), torch.float32, None, "mean"),
+            ([a, b], torch.Size([2, 4]), {"k": b, "j": [a]}, Pair(b, a)),
+            (immutable_list([b, a]), OrderedDict(x=b), deque([a, b])),
+            (a, shape_env.create_unbacked_symint(), torch.device("cpu")),
+            (a, [b, shape_env.create_unbacked_symfloat()]),
+            (b, {"k": (shape_env.create_unbacked_symbool(),)}, a),
+            ((), [], {}),
+        ]
+        for args in cases:
+            leaves = tree_leaves(args)
+            symbolic = any(
+                isinstance(leaf, (torch.SymFloat, torch.SymBool)) for leaf in leaves
+            )
+            meshes = []
+            self.assertEqual(_collect_spec_meshes(args, meshes), not symbolic)
+            if not symbolic:
+                expected = [
+                    leaf.mesh for leaf in leaves if isinstance(leaf, DTensorSpec)
+                ]
+                self.assertEqual(list(map(id, meshes)), list(map(id, expected)))
 
 
 if __name__ == "__main__":

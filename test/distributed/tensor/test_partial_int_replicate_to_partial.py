@@ -2,8 +2,10 @@
 """Replicate -> Partial(sum) for integer and bool DTensors.
 
 v / n has no integer (or bool) representation, so the first rank of the mesh dim keeps the
-value and the others hold zeros (which sums to v) instead of a float division. The choice of
-rank is tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank.
+value and the others hold zeros (which sums to v) instead of a float division. In eager mode
+the rank is chosen by a Python branch on this rank's coordinate (no op on the first rank, one
+zeros_like elsewhere); while tracing, and under LocalTensor's per-rank coordinates, it is
+tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank.
 """
 
 import torch
@@ -81,6 +83,24 @@ class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
         self.assertEqual(out.dtype, torch.int64)
         self.assertEqual(out.full_tensor(), torch.tensor([15, 27, 42]))
 
+    def test_large_int64_is_kept_exactly_on_every_rank(self):
+        # 2**53 + 1 and -(2**62) - 3 have no float64 representation: a division (or
+        # any float round trip) would change them. No collective either.
+        mesh = self.build_device_mesh()
+        big = [2**53 + 1, -(2**62) - 3, 7]
+        rep = self._dtensor(mesh, Replicate(), [big, big], torch.int64)
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            part = self._to_partial_sum(rep)
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(part.placements, (Partial("sum"),))
+        expected = map_local_for_rank(
+            self.rank,
+            lambda r: torch.tensor(big if r == 0 else [0, 0, 0], dtype=torch.int64),
+        )
+        self.assertEqual(part.to_local(), expected, atol=0, rtol=0)
+        self.assertEqual(part.full_tensor(), torch.tensor(big), atol=0, rtol=0)
+
     def test_float_sum_partial_is_still_divided(self):
         # The floating-point path is unchanged: every rank holds v / n.
         mesh = self.build_device_mesh()
@@ -91,7 +111,8 @@ class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
 
 
 class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
-    """Real processes: one trace under compile_on_one_rank must serve every rank."""
+    """Real processes: one trace under compile_on_one_rank must serve every rank, and the
+    eager branch on the coordinate agrees with the traced form."""
 
     world_size = 2
 
@@ -107,6 +128,52 @@ class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
             out = fn(p, r)
         self.assertEqual(out.dtype, torch.int64)
         self.assertEqual(out.full_tensor(), torch.tensor([15, 27, 42]))
+
+    def test_large_int64_partial_plus_replicate_eager_and_compiled(self):
+        # Eager takes the Python branch on this rank's coordinate; aot_eager without
+        # compile_on_one_rank traces the tensor-arithmetic form (scalar_tensor, eq,
+        # where). Both give the exact integer on every rank.
+        mesh = self.build_device_mesh()
+        big = [2**53 + 1, -(2**62) - 3, 7]
+        p_local = torch.tensor([[1, 2, 3], [4, 5, 6]][self.rank], dtype=torch.int64)
+        p = DTensor.from_local(p_local, mesh, [Partial("sum")], run_check=False)
+        r = DTensor.from_local(torch.tensor(big), mesh, [Replicate()], run_check=False)
+        truth = torch.tensor(big) + torch.tensor([5, 7, 9])
+
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            eager = p + r
+        self.assertEqual(comm_mode.get_total_counts(), 0)
+        self.assertEqual(eager.placements, (Partial("sum"),))
+        self.assertEqual(eager.dtype, torch.int64)
+        self.assertEqual(eager.full_tensor(), truth, atol=0, rtol=0)
+
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        from torch._dynamo.backends.common import aot_autograd
+
+        torch._dynamo.reset()
+        fn = torch.compile(
+            lambda a, b: a + b,
+            backend=aot_autograd(fw_compiler=backend),
+            fullgraph=True,
+        )
+        compiled = fn(p, r)
+        self.assertEqual(compiled.placements, (Partial("sum"),))
+        self.assertEqual(compiled.dtype, torch.int64)
+        self.assertEqual(compiled.to_local(), eager.to_local(), atol=0, rtol=0)
+        self.assertEqual(compiled.full_tensor(), truth, atol=0, rtol=0)
+        targets = {
+            str(n.target)
+            for g in graphs
+            for n in g.graph.nodes
+            if n.op == "call_function"
+        }
+        self.assertIn("aten.where.self", targets)
 
 
 DistPartialIntReplicateToPartialTestWithLocalTensor = create_local_tensor_test_class(

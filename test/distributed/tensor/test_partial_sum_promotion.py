@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
     DTensorContinuousTestBase,
@@ -507,6 +507,28 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 self.assertEqual(out.placements, (Partial(reduce_op),))
                 truth = fn(reduced_value(x), reduced_value(y)).to(out_dtype)
                 self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+        # Operands carrying the other Partial type than out's (or a
+        # Partial("sum")), which DTensor does not redistribute into out's:
+        # the all-Replicate rule reduces them (it is expanded only for such
+        # operands, so the calls above see the op's own rules alone).
+        for name, fn, x, y, out_reduce_op, collectives in [
+            ("maximum u8 P(max) i8 P(max) out=P(min)", torch.maximum,
+             P(u8, *u, "max"), P(i8, *s8, "max"), "min", 2),
+            ("maximum u8 P(min) i8 P(min) out=P(max)", torch.maximum,
+             P(u8, *u, "min"), P(i8, *s8, "min"), "max", 2),
+            ("maximum u8 P(min) i8 R out=P(max)", torch.maximum,
+             P(u8, *u, "min"), R(i8, s8[0]), "max", 1),
+            ("maximum u8 P(sum) i8 R out=P(max)", torch.maximum,
+             P(u8, [[0, 100, 3]], [[7, 100, 0]]), R(i8, s8[0]), "max", 1),
+        ]:  # fmt: skip
+            with self.subTest(name):
+                zeros = [[0, 0, 0]]
+                out = self._dtensor(mesh, P(u8, zeros, zeros, out_reduce_op))
+                ops = [self._dtensor(mesh, x), self._dtensor(mesh, y)]
+                self.assertEqual(self._run_out(fn, ops, out), collectives)
+                self.assertEqual(out.placements, (Partial(out_reduce_op),))
+                truth = fn(reduced_value(x), reduced_value(y)).to(u8)
+                self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
         # Not a selection: int8 + int32 wraps into the int8 out per rank, so
         # the Partial operand is reduced first (the Partial(max) out then
         # holds the same value on every rank).
@@ -752,6 +774,42 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 Replicate(),
                 1,
             )
+
+
+class MaxMinFitRulesTest(TestCase):
+    def test_all_replicate_rules_only_for_another_partial_type(self):
+        # maximum(u8, i8, out=u8) keeps every max and min rule (out holds
+        # every selected value). Its all-Replicate rules serve only operands
+        # that carry a Partial type no kept rule takes: they are expanded only
+        # then, so a P(max)-only or P(min)-only call sees the op's own rules.
+        from torch.distributed.tensor._dtensor_spec import TensorMeta
+        from torch.distributed.tensor._ops.single_dim_strategy import (
+            _fill_partial_placeholders,
+        )
+
+        aten = torch.ops.aten
+        funcs = DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs
+        info = funcs[aten.maximum.out]
+
+        def meta(dtype):
+            return TensorMeta(torch.Size([4]), (1,), dtype)
+
+        rules = info.func(aten.maximum.out, (meta(u8), meta(i8)), {"out": meta(u8)})
+
+        def replicated_outputs(placements):
+            return {
+                rule[0].reduce_op
+                for rule in _fill_partial_placeholders(placements, rules)
+                if isinstance(rule[0], Partial)
+                and all(isinstance(p, Replicate) for p in rule[1:-1])
+            }
+
+        self.assertEqual(replicated_outputs({Partial("max")}), set())
+        self.assertEqual(replicated_outputs({Partial("min"), Replicate()}), set())
+        self.assertEqual(
+            replicated_outputs({Partial("max"), Partial("min")}), {"max", "min"}
+        )
+        self.assertEqual(replicated_outputs({Partial("max"), Partial()}), {"max"})
 
 
 DistPartialSumPromotionTestWithLocalTensor = create_local_tensor_test_class(

@@ -544,6 +544,48 @@ class Float64RecheckTest(TestCase):
                 )
 
 
+class CancellingPiecesTest(TestCase):
+    """grid_sampler is linear in its input for a fixed grid, so P(sum), R -> P(sum)
+    and P(avg), R -> P(avg) are right; its interpolation mixes neighbouring pieces
+    of opposite sign, so in bfloat16 the per-rank outputs cancel far below the
+    rounding of their terms and failed the band. The same pieces in float64 decide;
+    a wrong rule stays rejected."""
+
+    def test_grid_sampler_bfloat16(self):
+        g = torch.Generator().manual_seed(0)
+        P, R = Partial, Replicate()
+
+        def u(*shape):
+            return (torch.rand(*shape, generator=g) * 2.2 - 1.1).to(torch.bfloat16)
+
+        x2, grid2 = torch.randn(2, 3, 4, 24, generator=g), u(2, 15, 12, 2)
+        x3, grid3 = torch.randn(2, 3, 4, 8, 8, generator=g), u(2, 6, 5, 4, 3)
+        x2, x3 = x2.to(torch.bfloat16), x3.to(torch.bfloat16)
+        cases = {
+            "2d bilinear": (aten.grid_sampler_2d.default, (x2, grid2, 0, 0, False)),
+            "2d bicubic": (aten.grid_sampler_2d.default, (x2, grid2, 2, 1, True)),
+            "3d bilinear": (aten.grid_sampler_3d.default, (x3, grid3, 0, 0, False)),
+        }
+        right = [((P(op), R), (P(op),)) for op in ("sum", "avg")]
+        wrong = [
+            ((P("sum"), R), (P("avg"),)),
+            ((P("avg"), R), (P("sum"),)),
+            ((P("sum"), R), (R,)),
+            ((R, P("sum")), (P("sum"),)),  # not linear in the grid
+            ((P("max"), R), (P("max"),)),  # bilinear weights mix the ranks
+        ]
+        for world_size in (2, 3):
+            for name, (op, args) in cases.items():
+                for rule in right:
+                    with self.subTest(name, rule=rule, world_size=world_size):
+                        self.assertIs(judge(op, args, rule, world_size), True)
+                for rule in wrong:
+                    if rule[0][0] == P("max") and name == "2d bicubic":
+                        continue
+                    with self.subTest(name, rule=rule, world_size=world_size):
+                        self.assertIs(judge(op, args, rule, world_size), False)
+
+
 class StockSplitRecheckTest(TestCase):
     """The float64 recheck splits P(sum)/P(avg) inputs as main does (offsets of
     |x| + 1): a wrong nonlinear rule's error on small values, or a clipping bound
