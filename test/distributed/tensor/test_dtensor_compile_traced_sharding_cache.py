@@ -20,10 +20,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
-from torch.distributed.tensor._sharding_prop import (
-    _collect_spec_meshes,
-    ShardingPropagator,
-)
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.tensor.experimental._context_parallel._sharding_rules import (
@@ -278,10 +275,15 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
         b = DTensor.from_local(
             torch.ones(2), other_mesh, [Replicate()], run_check=False
         )._spec
+        # imported here: the helper is new, and the other tests of this file
+        # should fail one by one without this PR
+        from torch.distributed.tensor._sharding_prop import _collect_spec_meshes
+
         Pair = namedtuple("Pair", "x y")
         shape_env = ShapeEnv()
         cases = [
             (a, 2, [b, a], (1.5, [b, (a,)]), torch.float32, None, "mean"),
+            (torch.ones(()), [a, torch.ones(2)], b),
             ([a, b], torch.Size([2, 4]), {"k": b, "j": [a]}, Pair(b, a)),
             (immutable_list([b, a]), OrderedDict(x=b), deque([a, b])),
             (a, shape_env.create_unbacked_symint(), torch.device("cpu")),
