@@ -30,6 +30,11 @@ Measured 2026-11-27 (helper pp26b), torch 2.15.0 and the series:
   right in step 1 (max diff 0), torch 2.15.0 and the series alike; DualPipeV then
   raises the "Receive buffer ... still owned" guard. The fix would be to clear
   ``_internal_losses`` when a step starts (a pipelining PR of its own; not made).
+- 2026-11-27 (helper pp26c), the series with "[pipelining] A step after a failed
+  step does not reuse its losses" (0030), which does that in both step() methods:
+  every loss/forward case of ZBV, IZB and Interleaved1F1B 0; DualPipeV's backward
+  hook cases 0, its loss/forward cases the "still owned" guard (kept on purpose, see
+  that PR); the hook cases of ZBV, IZB and Interleaved1F1B the same guard as before.
 """
 
 import os
