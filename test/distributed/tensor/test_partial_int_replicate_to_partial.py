@@ -3,13 +3,14 @@
 
 v / n has no integer (or bool) representation, so the first rank of the mesh dim keeps the
 value and the others hold zeros (which sums to v) instead of a float division. In eager mode
-the rank is chosen by a Python branch on this rank's coordinate (no op on the first rank, one
+the rank is chosen by a Python branch on this rank's coordinate (a copy on the first rank, one
 zeros_like elsewhere); while tracing, and under LocalTensor's per-rank coordinates, it is
 tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank.
 """
 
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, distribute_tensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor.debug import CommDebugMode
@@ -101,6 +102,34 @@ class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
         self.assertEqual(part.to_local(), expected, atol=0, rtol=0)
         self.assertEqual(part.full_tensor(), torch.tensor(big), atol=0, rtol=0)
 
+    def test_in_place_op_on_the_partial_leaves_the_source_alone(self):
+        # Partial(sum) takes in-place ops: the first rank's local must not be
+        # the caller's tensor, or mul_ would change it on that rank only
+        mesh = self.build_device_mesh()
+        for dtype in (torch.int64, torch.int32, torch.uint8):
+            t = torch.tensor([4, 5, 6], dtype=dtype)
+            rep = distribute_tensor(t, mesh, [Replicate()])
+            part = distribute_tensor(t, mesh, [Partial()])
+            part.mul_(2)
+            self.assertEqual(t, torch.tensor([4, 5, 6], dtype=dtype))
+            self.assertEqual(rep.to_local(), torch.tensor([4, 5, 6], dtype=dtype))
+            self.assertEqual(part.full_tensor(), torch.tensor([8, 10, 12], dtype=dtype))
+            again = distribute_tensor(t, mesh, [Partial()])
+            self.assertEqual(again.full_tensor(), torch.tensor([4, 5, 6], dtype=dtype))
+            part2 = self._to_partial_sum(rep)
+            part2.add_(part2)
+            self.assertEqual(rep.to_local(), torch.tensor([4, 5, 6], dtype=dtype))
+
+    def test_rank_outside_the_mesh(self):
+        # rank 1 is not in this mesh: its local is empty, as on every other path
+        mesh = DeviceMesh("cpu", [0])
+        t = torch.tensor([4, 5, 6])
+        part = distribute_tensor(t, mesh, [Partial()])
+        if self.rank == 0:
+            self.assertEqual(part.to_local(), t)
+        else:
+            self.assertEqual(part.to_local().numel(), 0)
+
     def test_float_sum_partial_is_still_divided(self):
         # The floating-point path is unchanged: every rank holds v / n.
         mesh = self.build_device_mesh()
@@ -177,7 +206,11 @@ class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
 
 
 DistPartialIntReplicateToPartialTestWithLocalTensor = create_local_tensor_test_class(
-    DistPartialIntReplicateToPartialTest, base_class=LocalDTensorContinuousTestBase
+    DistPartialIntReplicateToPartialTest,
+    # LocalTensor runs every rank of the world in the mesh's process: there is
+    # no rank outside the mesh to run the test on
+    skipped_tests=["test_rank_outside_the_mesh"],
+    base_class=LocalDTensorContinuousTestBase,
 )
 
 
