@@ -3,6 +3,8 @@
 
 A rule the validator reports incorrect must be wrong, and a wrong rule must be reported."""
 
+import itertools
+
 import torch
 import torch.distributed as dist
 import torch.distributed.tensor._ops.strategy_validation as sv
@@ -673,6 +675,371 @@ class WrappingPiecesWrongRuleTest(TestCase):
             for name, (op, args, kwargs, rule) in limits.items():
                 with self.subTest(name, world_size=world_size):
                     self.assertIs(self.judge(op, args, rule, world_size, kwargs), True)
+
+
+class WrapOnEveryElementTest(TestCase):
+    """Review rev25i: the product's wrap unit 3 did not wrap elements divisible by
+    its powers (int8 x = 3 at 2 ranks: pieces [1, 3]); a single-element P(sum)/
+    P(avg) never got the offset split; no piece of a 0-d P(product) was negative
+    but rank 0's, so abs passed at odd world sizes; and on a (2,) sample no
+    element really wrapped. Each wrong rule below is rejected by stock's validator
+    (which cannot build these inputs) and was accepted before; every split stays
+    exact."""
+
+    judge = WrongRuleTest.judge
+
+    def test_product_units_wrap_every_element(self):
+        # Every value of the dtype, 2 to 5 ranks: the pieces multiply to the element
+        # modulo 2**bits but not over the integers (x != 0), rank 0 does not hold
+        # the element (x not 0 or 2**(bits - 1)), and for int8 the pieces' signs
+        # multiply to the opposite of the element's sign (x not 0 or -128).
+        for dtype in (torch.int8, torch.uint8, torch.int16):
+            info = torch.iinfo(dtype)
+            values = torch.arange(info.min, info.max + 1).to(dtype)
+            for world_size in (2, 3, 4, 5):
+                with self.subTest(dtype=dtype, world_size=world_size):
+                    units, rest = sv._wrapping_units(values, world_size)
+                    product = rest.clone()
+                    exact = rest.to(torch.int64)
+                    negative = rest < 0
+                    for unit in units:
+                        product = product * unit
+                        exact = exact * unit.to(torch.int64)  # |.| < 2**62
+                        negative ^= unit < 0
+                        self.assertTrue((unit.to(torch.int64) % 2 == 1).all())
+                    self.assertEqual(product, values)
+                    x = values.to(torch.int64)
+                    self.assertFalse(((exact == x) & (x != 0)).any())
+                    special = (x == 0) | (x == info.min) | (x == 2 ** (info.bits - 1))
+                    self.assertFalse(((rest == values) & ~special).any())
+                    if dtype == torch.int8:
+                        flips = negative != (x < 0)
+                        self.assertTrue((flips | special).all())
+
+    def test_splits_reduce_exactly(self):
+        # Every mask_shift the validator uses (2 to 4: a single element's extra checks),
+        # 2 to 5 ranks, 0-d, (2,), (2, 3) and (4, 6) samples, reduced in the dtype.
+        g = torch.Generator().manual_seed(0)
+        samples = [torch.tensor(v) for v in (0, 1, -1, 3, -2, 9, 64, -64, 81, 125, 126)]
+        samples += [
+            torch.tensor([-1, 5]),
+            torch.randint(-25, 26, (2, 3), generator=g),
+            torch.randint(-25, 26, (4, 6), generator=g),
+        ]
+        for dtype in (torch.int8, torch.int16, torch.int32, torch.uint8, torch.int64):
+            for world_size, shift, reduce_op, sample in itertools.product(
+                (2, 3, 4, 5), range(5), ("sum", "avg", "product"), samples
+            ):
+                x = sample.abs() if dtype == torch.uint8 else sample
+                x = x.to(dtype)
+                if reduce_op == "avg":
+                    x = x.clamp(-25, 25)
+                local = sv._create_partial_input(
+                    x, Partial(reduce_op), world_size, 1, shift
+                )
+                pieces = [local._local_tensors[r] for r in range(world_size)]
+                total = pieces[0].clone()
+                for piece in pieces[1:]:
+                    total = total * piece if reduce_op == "product" else total + piece
+                if reduce_op == "avg":
+                    total = torch.div(total, world_size, rounding_mode="trunc")
+                with self.subTest(dtype=dtype, w=world_size, shift=shift, op=reduce_op):
+                    self.assertEqual(total.to(dtype), x)
+                    for piece in pieces:
+                        self.assertEqual(piece.dtype, dtype)
+
+    def test_review_rev25i_wrong_rules(self):
+        P, R = Partial, Replicate()
+        PS, PA, PP = P("sum"), P("avg"), P("product")
+
+        def t(v, dtype):
+            return torch.tensor(v, dtype=dtype)
+
+        i8, i16, i32, u8 = torch.int8, torch.int16, torch.int32, torch.uint8
+        to64 = {"dtype": torch.int64}
+        wrong = [
+            # B1: elements divisible by 3**(world_size - 1)
+            (
+                "to int64 P(product) int8 3",
+                aten._to_copy.default,
+                (t(3, i8),),
+                to64,
+                ((PP,), (PP,)),
+                2,
+            ),
+            ("prod int8 3", aten.prod.default, (t(3, i8),), {}, ((PP,), (PP,)), 2),
+            ("prod uint8 9", aten.prod.default, (t(9, u8),), {}, ((PP,), (PP,)), 2),
+            ("prod int32 9", aten.prod.default, (t(9, i32),), {}, ((PP,), (PP,)), 3),
+            (
+                "to int64 int16 27",
+                aten._to_copy.default,
+                (t(27, i16),),
+                to64,
+                ((PP,), (PP,)),
+                4,
+            ),
+            (
+                "prod int32 -81",
+                aten.prod.default,
+                (t(-81, i32),),
+                {},
+                ((PP,), (PP,)),
+                5,
+            ),
+            (
+                "cumprod int8 (3, 5)",
+                aten.cumprod.default,
+                (t([3, 5], i8), 0),
+                {},
+                ((PP,), (PP,)),
+                2,
+            ),
+            (
+                "prod uint8 [9, 1, 9, 2]",
+                aten.prod.default,
+                (t([9, 1, 9, 2], u8),),
+                {},
+                ((PP,), (PP,)),
+                3,
+            ),
+            # B2: a single element's offset split
+            (
+                "sign P(avg) int8 0",
+                aten.sign.default,
+                (t(0, i8),),
+                {},
+                ((PA,), (PA,)),
+                5,
+            ),
+            (
+                "sign P(avg) int16 0",
+                aten.sign.default,
+                (t(0, i16),),
+                {},
+                ((PA,), (PA,)),
+                3,
+            ),
+            (
+                "remainder P(avg) int8 -2",
+                aten.remainder.Scalar,
+                (t(-2, i8), 3),
+                {},
+                ((PA,), (PA,)),
+                2,
+            ),
+            (
+                "rshift P(avg) int32 -2",
+                aten.__rshift__.Scalar,
+                (t(-2, i32), 1),
+                {},
+                ((PA,), (PA,)),
+                5,
+            ),
+            (
+                "clamp_min P(sum) -> P(product) int8 -2",
+                aten.clamp_min.default,
+                (t(-2, i8), 0),
+                {},
+                ((PS,), (PP,)),
+                3,
+            ),
+            (
+                "lt P(sum) -> P(bxor) int8 126",
+                aten.lt.Scalar,
+                (t(126, i8), 0),
+                {},
+                ((PS,), (P("bxor"),)),
+                2,
+            ),
+            (
+                "floor_divide P(sum) -> P(avg) int8 0",
+                aten.floor_divide.Scalar,
+                (t(0, i8), 2),
+                {},
+                ((PS,), (PA,)),
+                5,
+            ),
+            # M1: abs of a 0-d P(product) at odd world sizes
+            (
+                "abs P(product) int8 64",
+                aten.abs.default,
+                (t(64, i8),),
+                {},
+                ((PP,), (PP,)),
+                3,
+            ),
+            (
+                "abs P(product) int8 -64",
+                aten.abs.default,
+                (t(-64, i8),),
+                {},
+                ((PP,), (PP,)),
+                5,
+            ),
+            (
+                "abs P(product) int8 5",
+                aten.abs.default,
+                (t(5, i8),),
+                {},
+                ((PP,), (PP,)),
+                5,
+            ),
+            (
+                "abs P(product) int16 2",
+                aten.abs.default,
+                (t(2, i16),),
+                {},
+                ((PP,), (PP,)),
+                3,
+            ),
+            (
+                "abs P(product) int32 -64",
+                aten.abs.default,
+                (t(-64, i32),),
+                {},
+                ((PP,), (PP,)),
+                3,
+            ),
+            # M2: no element of a (2,) sample really wrapped
+            (
+                "sum int8 (-1, 5)",
+                aten.sum.default,
+                (t([-1, 5], i8),),
+                {},
+                ((PS,), (PS,)),
+                2,
+            ),
+            (
+                "cumsum int32 (-1, 5)",
+                aten.cumsum.default,
+                (t([-1, 5], i32), 0),
+                {},
+                ((PS,), (PS,)),
+                2,
+            ),
+            (
+                "sum int8 (-1, 5) at 3 ranks",
+                aten.sum.default,
+                (t([-1, 5], i8),),
+                {},
+                ((PS,), (PS,)),
+                3,
+            ),
+            (
+                "sum int16 (-2, 5)",
+                aten.sum.default,
+                (t([-2, 5], i16),),
+                {},
+                ((PS,), (PS,)),
+                2,
+            ),
+            # m1: uint8 255 (offsets of 256 wrap to 0) and elements >= 128
+            ("sum uint8 255", aten.sum.default, (t(255, u8),), {}, ((PS,), (PS,)), 3),
+            (
+                "cumsum uint8 (255, 255)",
+                aten.cumsum.default,
+                (t([255, 255], u8), 0),
+                {},
+                ((PS,), (PS,)),
+                4,
+            ),
+            (
+                "to int64 uint8 254",
+                aten._to_copy.default,
+                (t(254, u8),),
+                to64,
+                ((PS,), (PS,)),
+                5,
+            ),
+            (
+                "mul(int64 R (3, 0), P(sum))",
+                aten.mul.Tensor,
+                (t([3, 0], torch.int64), t([5, 5], i8)),
+                {},
+                ((R, PS), (PS,)),
+                3,
+            ),
+            (
+                "mul(P(sum), int64 R (3, 0))",
+                aten.mul.Tensor,
+                (t([5, 5], u8), t([3, 0], torch.int64)),
+                {},
+                ((PS, R), (PS,)),
+                2,
+            ),
+            (
+                "mul(int64 R (1, 0), P(product))",
+                aten.mul.Tensor,
+                (t([1, 0], torch.int64), t([5, 5], i32)),
+                {},
+                ((R, PP), (PP,)),
+                2,
+            ),
+        ]
+        right = [
+            (
+                "clone P(product) int8 3",
+                aten.clone.default,
+                (t(3, i8),),
+                {},
+                ((PP,), (PP,)),
+                2,
+            ),
+            (
+                "clone P(product) int8 -64",
+                aten.clone.default,
+                (t(-64, i8),),
+                {},
+                ((PP,), (PP,)),
+                5,
+            ),
+            (
+                "mul P(product) 0-d",
+                aten.mul.Tensor,
+                (t(9, i32), t(-5, i32)),
+                {},
+                ((PP, PP), (PP,)),
+                3,
+            ),
+            (
+                "clone P(avg) int8 -2",
+                aten.clone.default,
+                (t(-2, i8),),
+                {},
+                ((PA,), (PA,)),
+                5,
+            ),
+            (
+                "neg P(sum) int16 0",
+                aten.neg.default,
+                (t(0, i16),),
+                {},
+                ((PS,), (PS,)),
+                3,
+            ),
+            (
+                "add P(sum) 0-d",
+                aten.add.Tensor,
+                (t(7, i8), t(-3, i8)),
+                {},
+                ((PS, PS), (PS,)),
+                3,
+            ),
+            (
+                "mul(int8 R (3, 0), P(sum))",
+                aten.mul.Tensor,
+                (t([3, 0], i8), t([5, 5], i8)),
+                {},
+                ((R, PS), (PS,)),
+                3,
+            ),
+        ]
+        for expected, rows in ((False, wrong), (True, right)):
+            for name, op, args, kwargs, rule, world_size in rows:
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(
+                        self.judge(op, args, rule, world_size, kwargs), expected
+                    )
 
 
 if __name__ == "__main__":
