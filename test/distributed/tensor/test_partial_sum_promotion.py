@@ -14,7 +14,7 @@ import operator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
@@ -780,8 +780,9 @@ class MaxMinFitRulesTest(TestCase):
     def test_all_replicate_rules_only_for_another_partial_type(self):
         # maximum(u8, i8, out=u8) keeps every max and min rule (out holds
         # every selected value). Its all-Replicate rules serve only operands
-        # that carry a Partial type no kept rule takes: they are expanded only
-        # then, so a P(max)-only or P(min)-only call sees the op's own rules.
+        # that carry a placement no kept rule takes (a Shard, another Partial
+        # type): they are expanded only then, so a P(max)-only or P(min)-only
+        # call sees the op's own rules.
         from torch.distributed.tensor._dtensor_spec import TensorMeta
         from torch.distributed.tensor._ops.single_dim_strategy import (
             _fill_partial_placeholders,
@@ -810,6 +811,12 @@ class MaxMinFitRulesTest(TestCase):
             replicated_outputs({Partial("max"), Partial("min")}), {"max", "min"}
         )
         self.assertEqual(replicated_outputs({Partial("max"), Partial()}), {"max"})
+        # Shard operands into a Partial out: no kept rule takes Shard to
+        # Partial(max), so the all-Replicate rule is needed there too
+        self.assertEqual(replicated_outputs({Shard(0), Partial("max")}), {"max"})
+        self.assertEqual(
+            replicated_outputs({Shard(0), Replicate(), Partial("min")}), {"min"}
+        )
 
 
 DistPartialSumPromotionTestWithLocalTensor = create_local_tensor_test_class(
