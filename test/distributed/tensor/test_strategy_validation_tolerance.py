@@ -655,5 +655,103 @@ class StockSplitRecheckTest(TestCase):
                     )
 
 
+class SecondChanceLimitsTest(TestCase):
+    """A combination that fails the band is judged again in float64 only where the
+    float64 run is the op on the same values: not for a view as another dtype (the
+    identity in float64), a cast, a value the dtype overflows, or an in-place op
+    (whose float64 run must not change the sample)."""
+
+    def test_view_dtype_partial_rules_rejected(self):
+        # Stock DTensor's view.dtype passes a Partial through; a bfloat16 value
+        # read as float16 is not the sum of its pieces read so.
+        g = torch.Generator().manual_seed(0)
+        P = Partial
+        cases = {
+            "bf16->fp16": (torch.bfloat16, torch.float16),
+            "fp16->bf16": (torch.float16, torch.bfloat16),
+            "bf16->complex32": (torch.bfloat16, torch.complex32),
+        }
+        for name, (src, dst) in cases.items():
+            x = (torch.randn(4, 4, generator=g) * 0.5).to(src)
+            args = (x, dst)
+            reduce_ops = (
+                ("sum",) if dst == torch.complex32 else ("sum", "avg", "product")
+            )
+            for world_size in (2, 3):
+                for op in reduce_ops:
+                    rule = ((P(op),), (P(op),))
+                    with self.subTest(name, rule=rule, world_size=world_size):
+                        self.assertIs(
+                            judge(aten.view.dtype, args, rule, world_size), False
+                        )
+            rule = ((Shard(0),), (Shard(0),))
+            with self.subTest(name, rule=rule):
+                self.assertIs(judge(aten.view.dtype, args, rule, 2), True)
+
+    def test_overflow_in_the_dtype_rejected(self):
+        # The pieces of |x| ~ 2e4 (float16) or 3e4 (cast to float16) overflow to
+        # inf where the value they reduce to is finite.
+        g = torch.Generator().manual_seed(0)
+        P, R = Partial, Replicate()
+        x = (torch.randn(4, 4, generator=g) * 2e4).to(torch.float16)
+        three = torch.full((4, 4), 3.0, dtype=torch.float16)
+        y = torch.randn(4, 4, generator=g) * 3e4
+        rule = ((P("sum"), R), (P("sum"),))
+        cast = ((P("sum"),), (P("sum"),))
+        for world_size in (2, 3):
+            with self.subTest("mul", world_size=world_size):
+                self.assertIs(
+                    judge(aten.mul.Tensor, (x, three), rule, world_size), False
+                )
+            for src in (torch.float32, torch.bfloat16):
+                with self.subTest("_to_copy", src=src, world_size=world_size):
+                    self.assertIs(
+                        judge(
+                            aten._to_copy.default,
+                            (y.to(src),),
+                            cast,
+                            world_size,
+                            {"dtype": torch.float16},
+                        ),
+                        False,
+                    )
+
+    def test_in_place_sample_unchanged(self):
+        # A wrong in-place rule is rejected without running the op on the
+        # sample's own tensors: the right rules validated after it on the same
+        # sample stay correct.
+        P, R = Partial, Replicate()
+        self_ = torch.arange(1.0, 5.0, dtype=torch.float64)
+        other = torch.full((4,), 0.5, dtype=torch.float64)
+        for op in (aten.add_.Tensor, aten.mul_.Tensor):
+            args = (self_.clone(), other.clone())
+            truth = sv._to_ground_truth(op(self_.clone(), other.clone()))
+            rules = [
+                ((R, P("sum")), (P("sum"),)),
+                ((Shard(0), Shard(0)), (Shard(0),)),
+                ((R, R), (R,)),
+            ]
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE
+            )
+            try:
+                with LocalTensorMode(frozenset(range(WORLD_SIZE))):
+                    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+                    valid = [
+                        sv.validate_aten_combination(
+                            op, args, {}, truth, rule, WORLD_SIZE, mesh
+                        )[0]
+                        for rule in rules
+                    ]
+            finally:
+                dist.destroy_process_group()
+            with self.subTest(op=str(op)):
+                self.assertEqual(args[0], self_)
+                self.assertEqual(args[1], other)
+                # add_ with a P(sum) other adds self on every rank: wrong.
+                first = op is aten.mul_.Tensor
+                self.assertEqual(valid, [first, True, True])
+
+
 if __name__ == "__main__":
     run_tests()
