@@ -661,6 +661,20 @@ class SecondChanceLimitsTest(TestCase):
     identity in float64), a cast, a value the dtype overflows, or an in-place op
     (whose float64 run must not change the sample)."""
 
+    def test_nan_to_num_near_the_dtype_maximum_rejected(self):
+        # nan_to_num replaces inf by the dtype's largest value: fp16 pieces
+        # 60000 + 60000 hold inf, which becomes 65504, while the pieces'
+        # nan_to_num sum to inf; in float64 the replacement, 1.8e308, hides it
+        P = Partial
+        x = torch.tensor([60000.0, -60000.0, 3.0, 65504.0], dtype=torch.float16)
+        for kwargs in ({}, {"posinf": None}):
+            for op in ("sum",):
+                rule = ((P(op),), (P(op),))
+                with self.subTest(kwargs=kwargs, rule=rule):
+                    self.assertIs(
+                        judge(aten.nan_to_num.default, (x,), rule, 2, kwargs), False
+                    )
+
     def test_view_dtype_partial_rules_rejected(self):
         # Stock DTensor's view.dtype passes a Partial through; a bfloat16 value
         # read as float16 is not the sum of its pieces read so.
