@@ -1042,5 +1042,82 @@ class WrapOnEveryElementTest(TestCase):
                     )
 
 
+class InfiniteProductTest(TestCase):
+    """A floating-point P(product) split is exact, so on finite pieces an op that
+    treats only non-finite values apart is the identity: nan_to_num(P(product)) ->
+    P(product) gave the sample's values exactly and was accepted (stock rejects it,
+    as it rejects the right clone rule: each of its ranks holds the whole element).
+    The sample with an infinite element shows it; right P(product) rules stay
+    accepted there."""
+
+    judge = WrongRuleTest.judge
+
+    def test_rules_wrong_only_on_infinite_values(self):
+        P = Partial
+        PP = P("product")
+        g = torch.Generator().manual_seed(0)
+        near_max = torch.tensor([60000.0, -60000.0, 3.0, 65504.0], dtype=torch.float16)
+        x = torch.randn(4, 6, generator=g) * 3
+        y = torch.randn(4, 6, generator=g) * 3
+        wrong = {
+            "nan_to_num fp16": (near_max, {}),
+            "nan_to_num fp16 posinf=None": (near_max, {"posinf": None}),
+            "nan_to_num bf16": (x.to(torch.bfloat16), {}),
+            "nan_to_num f32 posinf=1": (x, {"posinf": 1.0, "neginf": -1.0}),
+        }
+        right = {
+            "clone fp16": (aten.clone.default, (near_max,), ((PP,), (PP,))),
+            "abs bf16": (aten.abs.default, (x.to(torch.bfloat16),), ((PP,), (PP,))),
+            "reciprocal f32": (aten.reciprocal.default, (x,), ((PP,), (PP,))),
+            "mul f32": (aten.mul.Tensor, (x, y), ((PP, PP), (PP,))),
+            "prod.dim_int f32": (aten.prod.dim_int, (x, 1), ((PP,), (PP,))),
+            "nan_to_num P(max)": (
+                aten.nan_to_num.default,
+                (near_max,),
+                ((P("max"),), (P("max"),)),
+            ),
+        }
+        for world_size in (2, 3):
+            for name, (a, kwargs) in wrong.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(
+                        self.judge(
+                            aten.nan_to_num.default,
+                            (a,),
+                            ((PP,), (PP,)),
+                            world_size,
+                            kwargs,
+                        ),
+                        False,
+                    )
+            for name, (op, args, rule) in right.items():
+                with self.subTest(name, world_size=world_size):
+                    self.assertIs(self.judge(op, args, rule, world_size), True)
+
+    def test_infinite_sample(self):
+        # The element of largest magnitude, of its sign, in floating-point
+        # P(product) tensors only; the ground truth is the op's on that sample.
+        P = Partial
+        a = torch.tensor([[1.0, -7.0], [3.0, 2.0]])
+        b = torch.tensor([[5.0, 1.0], [-9.0, 2.0]])
+        args, kwargs, truth = sv._infinite_product_sample(
+            aten.mul.Tensor, (a, b), {}, (P("product"), Replicate())
+        )
+        inf = float("inf")
+        self.assertEqual(args[0], torch.tensor([[1.0, -inf], [3.0, 2.0]]))
+        self.assertEqual(args[1], b)
+        self.assertEqual(truth, torch.tensor([[5.0, -inf], [-27.0, 4.0]]))
+        for placements, tensor in (
+            ((P("sum"), P("sum")), a),
+            ((P("product"),), a.to(torch.int64)),
+        ):
+            with self.subTest(placements=placements, dtype=tensor.dtype):
+                self.assertIsNone(
+                    sv._infinite_product_sample(
+                        aten.mul.Tensor, (tensor, tensor), {}, placements
+                    )
+                )
+
+
 if __name__ == "__main__":
     run_tests()
