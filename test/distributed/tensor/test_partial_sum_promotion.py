@@ -10,12 +10,21 @@ collective count; the cases that keep their Partial show the check costs nothing
 where the op computes in the input's dtype.
 """
 
+import contextlib
+import itertools
 import operator
+from unittest import mock
 
 import torch
+import torch.distributed.tensor._sharding_prop as sharding_prop
+from torch.distributed.device_mesh import DeviceMesh
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor._ops.single_dim_strategy import (
+    _PreparedSingleDimStrategy,
+)
+from torch.distributed.tensor._sharding_prop import _select_min_cost_strategy
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache, CommDebugMode
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
@@ -28,6 +37,9 @@ from test_partial_rsub import (  # the test file of the rsub PR, before this one
     P,
     R,
     reduced_value,
+)
+from test_single_dim_partial_placeholder import (  # the placeholder PR's test file
+    FakeMeshMixin,
 )
 
 
@@ -817,6 +829,96 @@ class MaxMinFitRulesTest(TestCase):
         self.assertEqual(
             replicated_outputs({Shard(0), Replicate(), Partial("min")}), {"min"}
         )
+
+
+class MaxMinOutRulesPerMeshDimTest(FakeMeshMixin, TestCase):
+    """maximum/minimum(u8, i8, out=) whose out holds every selected value keep
+    their all-Replicate rules (a Partial out) for operands carrying another
+    placement; on a multi-dim mesh they are expanded only on the mesh dims
+    where the selection can pick them."""
+
+    def selections(self, fn, mesh, placements, every_dim):
+        # the selected strategy of each propagation, and the number of
+        # strategies it was picked from; every_dim: the rules on every mesh
+        # dim, as before they were left out per mesh dim
+        picks = []
+
+        def recording_select(strategy, op_schema=None):
+            op_spec = _select_min_cost_strategy(strategy, op_schema)
+            picks.append(
+                (op_spec.input_specs, op_spec.output_specs, len(strategy.strategies))
+            )
+            return op_spec
+
+        tensors = [
+            DTensor.from_local(
+                torch.zeros(0, dtype=dtype),
+                mesh,
+                ps,
+                run_check=False,
+                shape=torch.Size((8, 8)),
+                stride=(8, 1),
+            )
+            for ps, dtype in placements
+        ]
+        _clear_sharding_prop_cache()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                mock.patch.object(
+                    sharding_prop, "_select_min_cost_strategy", recording_select
+                )
+            )
+            if every_dim:
+                stack.enter_context(
+                    mock.patch.object(
+                        _PreparedSingleDimStrategy,
+                        "rules_per_mesh_dim_for_out",
+                        lambda *args: None,
+                    )
+                )
+            try:
+                fn(*tensors)
+            except Exception as e:
+                return type(e).__name__, str(e)
+        return picks
+
+    def test_fewer_strategies_and_the_same_selection(self):
+        S0, R, Pmax, Pmin = Shard(0), Replicate(), Partial("max"), Partial("min")
+        ops = [
+            (lambda a, b, out: torch.maximum(a, b, out=out), u8, i8, u8),
+            (lambda a, b, out: torch.minimum(a, b, out=out), u8, i8, i8),
+        ]
+        # per mesh dim: Shard, Replicate, either Partial and mixes of them;
+        # (R, R) into a Partial out keeps the rule (nothing to redistribute)
+        pairs = [(S0, Pmax), (S0, Pmin), (R, Pmax), (Pmax, Pmax), (R, R), (Pmin, S0)]
+        # rank 0 is outside the last mesh: every redistribution costs 0 there
+        off_mesh = DeviceMesh("cpu", torch.arange(4, 8).view(2, 2))
+        fewer = 0
+        for mesh, mesh_pairs in [
+            (self.mesh["b", "c"], pairs),
+            (off_mesh, pairs[:4]),
+            (self.mesh, pairs[:3]),
+        ]:
+            for (fn, da, db, do), pa, pb, po in itertools.product(
+                ops, mesh_pairs, mesh_pairs, mesh_pairs
+            ):
+                if mesh.ndim == 3:
+                    pa, pb, po = ((*p[:1], R, *p[1:]) for p in (pa, pb, po))
+                placements = [(pa, da), (pb, db), (po, do)]
+                per_dim = self.selections(fn, mesh, placements, every_dim=False)
+                every = self.selections(fn, mesh, placements, every_dim=True)
+                msg = f"{mesh.ndim}-D {pa} {pb} out={po}"
+                if isinstance(every[0], str):
+                    self.assertEqual(per_dim, every, msg=msg)
+                    continue
+                self.assertEqual(
+                    [pick[:2] for pick in per_dim], [pick[:2] for pick in every], msg
+                )
+                fewer += per_dim[0][2] < every[0][2]
+                if (pa, pb, po) == ((S0, Pmax),) * 3 and mesh.ndim == 2:
+                    # the rule serves no mesh dim here (the benchmark's row)
+                    self.assertLess(per_dim[0][2], every[0][2], msg=msg)
+        self.assertGreater(fewer, 20)
 
 
 DistPartialSumPromotionTestWithLocalTensor = create_local_tensor_test_class(
