@@ -21,8 +21,13 @@ the rank that share one DDP module (reduced once, in the later of their last
 backwards), and the refusals also for a _PipelineScheduleRuntime that loads the
 schedule's compute+comms CSV. test_ddp_shared_module_zero_gradient_pass covers a
 parameter of a shared module that the reducing backward does not reach (marked
-ready with a zero gradient): a sparse embedding stays sparse and right, and the
-parameter's own hooks are called once more (pinned).
+ready with a zero gradient): a sparse embedding stays sparse and right, hooks on
+the parameters the reducing backward reaches run once per use, and a parameter
+whose tensor or post-accumulate-grad hooks that pass would call once more is
+refused on every rank before DDP's reducer is armed.
+
+NoDDPStageTest (one process): a schedule without a DDP stage does not look at
+its actions for DDP at a step.
 
 test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
 per replica, every stage DDP, under the same schedules and Schedule1F1B: with the
@@ -50,6 +55,7 @@ parameter of the module, each once."""
 import contextlib
 import os
 from datetime import timedelta
+from unittest import mock
 
 import torch
 import torch._dynamo
@@ -80,7 +86,7 @@ from torch.distributed.pipelining.schedules import (
     ScheduleZBVZeroBubble,
 )
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import run_tests, TestCase
 
 DP = 2
 # schedule -> number of stages, all held by each replica (pipeline-parallel size 1)
@@ -643,23 +649,24 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
         the runtime before the step. A step whose order a refusal names is
         given as (schedule name, order name, error pattern), and ends the case.
         ``on_module(module)``, if given, returns a function called with the step
-        after each step. After every step, the parameters carry no hook the
-        schedule registered (the parameter use is recorded during a step)."""
+        after each step (it may register hooks). After every step, the
+        parameters carry no hook the schedule registered (the parameter use is
+        recorded during a step)."""
         dp_group, pp_group = groups
         torch.manual_seed(0)
         module = block()
         after_step = on_module(module) if on_module is not None else None
-        own_hooks = {
-            name: len(p._post_accumulate_grad_hooks or {})
-            for name, p in module.named_parameters()
-        }
 
-        def assert_no_schedule_hooks(msg):
-            hooks = {
+        def hook_counts():
+            return {
                 name: len(p._post_accumulate_grad_hooks or {})
                 for name, p in module.named_parameters()
             }
-            self.assertEqual(hooks, own_hooks, msg=f"{msg}: hooks left")
+
+        own_hooks = hook_counts()
+
+        def assert_no_schedule_hooks(msg):
+            self.assertEqual(hook_counts(), own_hooks, msg=f"{msg}: hooks left")
 
         calls = []
         ddp = recording_ddp(module, dp_group, calls, (), **ddp_kwargs)
@@ -687,13 +694,21 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
             if refusal:
                 with self.assertRaisesRegex(RuntimeError, refusal[0]):
                     built[name].step(x, target=y)
+                # Refused before DDP's reducer was armed: nothing reduced, and
+                # a forward runs (DDP raises "Expected to have finished
+                # reduction in the prior iteration" after an armed backward
+                # failed, also under no_sync()).
                 self.assertEqual(calls, [], msg=msg)
+                self.assertFalse(ddp.require_manual_backward_finalization, msg=msg)
+                with ddp.no_sync():
+                    ddp(x)
                 assert_no_schedule_hooks(msg)
                 return
             built[name].step(x, target=y)
             assert_no_schedule_hooks(msg)
             if after_step is not None:
                 after_step(step)
+                own_hooks = hook_counts()
             torch.manual_seed(0)
             ref = block()
             reference_grads([ref, ref], step, DP)
@@ -805,13 +820,13 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
         groups = mesh.get_group("dp"), mesh.get_group("pp")
 
         def count_hook_calls(module):
-            # The pass runs the parameter's own hooks once more, with a zero
-            # gradient (DDP marks a parameter ready only from its
-            # AccumulateGrad node's hook, which no public API reaches without
-            # them); the other parameters' hooks run once per use.
-            calls = {name: [] for name, _ in module.named_parameters()}
-            accumulated = {name: 0 for name, _ in module.named_parameters()}
-            for name, p in module.named_parameters():
+            # Hooks on the parameters both stages use (the reducing backward
+            # reaches them): called once per use, never with a zero gradient.
+            names = ("w", "b")
+            calls = {name: [] for name in names}
+            accumulated = dict.fromkeys(names, 0)
+            for name in names:
+                p = getattr(module, name)
                 p.register_hook(lambda g, name=name: calls[name].append(bool(g.any())))
                 p.register_post_accumulate_grad_hook(
                     lambda p, name=name: accumulated.__setitem__(
@@ -820,12 +835,7 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                 )
 
             def check(step):
-                uses = {"w": 2 * N_MICROBATCHES, "b": 2 * N_MICROBATCHES}
-                uses["v"] = N_MICROBATCHES  # stage 1 only
-                expected = {
-                    name: [True] * n + ([False] if name == "v" else [])
-                    for name, n in uses.items()
-                }
+                expected = {name: [True] * 2 * N_MICROBATCHES for name in names}
                 msg = f"step {step}"
                 self.assertEqual(calls, expected, msg=msg)
                 self.assertEqual(
@@ -839,13 +849,36 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
 
             return check
 
+        def hook_on_v(kind):
+            # After the first step (DDP has rebuilt its buckets, one parameter
+            # each), a hook on ``v`` (stage 1 only) that the zero-gradient pass
+            # would call once more: additive, so the extra call would change
+            # .grad.
+            def add_one(p):
+                p.grad.add_(1.0)
+
+            def on_module(module):
+                def after_step(step):
+                    if kind == "tensor":
+                        module.v.register_hook(lambda g: g + 1.0)
+                    else:
+                        module.v.register_post_accumulate_grad_hook(add_one)
+
+                return after_step
+
+            return on_module
+
+        refused = (
+            r"parameters \['v'\] of the DistributedDataParallel module that "
+            r"several stages on this rank share .* {}"
+        )
         cases = {
             # nn.Embedding(sparse=True) used by stage 1 only: the zero has the
             # layout of the sparse .grad, which DDP expects (a dense zero made
             # it dense: "Expected variable to have sparse gradient").
             "sparse_I1F1B": (SparseEmbeddingBlock, ScheduleInterleaved1F1B, None),
             "sparse_ZBV": (SparseEmbeddingBlock, ScheduleZBVZeroBubble, None),
-            # The parameter's hooks: one call more, with a zero gradient.
+            # Hooks only on parameters the reducing backward reaches.
             "hooks_I1F1B": (InputGradBlock, ScheduleInterleaved1F1B, count_hook_calls),
             "hooks_ZBV": (InputGradBlock, ScheduleZBVZeroBubble, count_hook_calls),
         }
@@ -859,6 +892,30 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                     on_module=on_module,
                 )
             dist.barrier()
+        # A hook on ``v``, which the pass would call once more with a zero
+        # gradient: the next step is refused on both ranks before DDP's
+        # reducer is armed. The reducing backward: stage 0's fused B
+        # (ScheduleInterleaved1F1B), stage 0's W, which runs the whole backward
+        # (ScheduleZBVZeroBubble), and, with ``v`` used by stage 0 only, stage
+        # 1's split W (an order ending with it).
+        for kind, pattern in (
+            ("tensor", r"tensor hooks \(register_hook\)"),
+            ("post", "post-accumulate-grad hooks"),
+        ):
+            for block, schedule in (
+                (InputGradBlock, ScheduleInterleaved1F1B),
+                (InputGradBlock, ScheduleZBVZeroBubble),
+                (lambda: InputGradBlock(stage_0_only=True), "w1_last"),
+            ):
+                with self.subTest(hook=kind, schedule=str(schedule)):
+                    self._shared_steps(
+                        groups,
+                        block,
+                        {"a": schedule},
+                        [("a", None), ("a", None, refused.format(pattern))],
+                        on_module=hook_on_v(kind),
+                    )
+                dist.barrier()
         dist.destroy_process_group()
 
     def test_ddp_stage_usage(self):
@@ -891,6 +948,36 @@ class ScheduleDDPTest(TwoRankGlooTestCase):
                     self._usage_step(case, schedule_cls, *groups)
                 dist.barrier()
         dist.destroy_process_group()
+
+
+class NoDDPStageTest(TestCase):
+    def test_no_ddp_stage_no_action_walk(self):
+        # A step with a backward walks the executed actions to decide how DDP
+        # stages reduce (about 0.45 us per action); without a DDP stage on the
+        # rank it does not. The DDP control shows the walk is observed.
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            for use_ddp in (False, True):
+                with self.subTest(ddp=use_ddp):
+                    torch.manual_seed(0)
+                    modules = [Block() for _ in range(2)]
+                    if use_ddp:
+                        modules = [DDP(module) for module in modules]
+                    stages = [
+                        PipelineStage(module, i, 2, torch.device("cpu"))
+                        for i, module in enumerate(modules)
+                    ]
+                    schedule = ScheduleZBVZeroBubble(
+                        stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                    )
+                    x, y = data(0, 0)
+                    with mock.patch.object(
+                        schedule, "_executed_order", wraps=schedule._executed_order
+                    ) as walk:
+                        schedule.step(x, target=y)
+                    self.assertEqual(walk.call_count > 0, use_ddp)
+        finally:
+            dist.destroy_process_group()
 
 
 # (dp, pp) = (2, 2) on four ranks: schedule -> stages per pipeline rank and
