@@ -8,7 +8,7 @@ instead of truncating per rank.
 """
 
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.testing._internal.common_utils import run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import (
@@ -102,6 +102,72 @@ class DistPartialCopyTest(DTensorContinuousTestBase):
         self.assertEqual(self._copy(dst, src), 1)
         self.assertEqual(dst.placements, (Replicate(),))
         self.assertEqual(dst.full_tensor(), torch.tensor([3], dtype=torch.int32))
+
+    def test_integer_avg_destination_from_another_placement_is_refused(self):
+        # c10d averages by summing the world size's copies in dst's dtype: a
+        # reduced source written on every rank wraps there (int8 100 on 2 ranks
+        # read -28), so only a Partial("avg") source of the same dtype passes.
+        mesh = self.build_device_mesh()
+        for dtype, dst_rows, src_rows in (
+            (torch.int8, [[1, 1], [3, 3]], [[100, 1], [0, 1]]),
+            (torch.uint8, [[1, 1], [3, 3]], [[161, 1], [0, 1]]),
+            (
+                torch.bool,
+                [[True, False], [True, False]],
+                [[True, False], [False, True]],
+            ),
+        ):
+            for placement, src_dtype in (
+                (Partial("max"), dtype),
+                (Partial("min"), dtype),
+                (Partial("sum"), dtype),
+                (Partial("max"), torch.int32),
+                (Partial("avg"), torch.int32),
+                (Partial("max"), torch.float32),
+            ):
+                with self.subTest(dtype=dtype, src=(placement, src_dtype)):
+                    dst = self._dtensor(mesh, Partial("avg"), dst_rows, dtype)
+                    before = dst.to_local().clone()
+                    src = self._dtensor(mesh, placement, src_rows, src_dtype)
+                    # A same-dtype source meets the redistribution's own refusal.
+                    with self.assertRaisesRegex(
+                        (RuntimeError, AssertionError),
+                        f"{REFUSAL}|to another \\(P\\(avg\\)\\) is unsupported",
+                    ):
+                        dst.copy_(src)
+                    self.assertEqual(dst.placements, (Partial("avg"),))
+                    self.assertEqual(dst.to_local(), before)
+            with self.subTest(dtype=dtype, src="Shard(0)"):
+                dst = self._dtensor(mesh, Partial("avg"), dst_rows, dtype)
+                before = dst.to_local().clone()
+                local = map_local_for_rank(
+                    self.rank,
+                    lambda r: torch.tensor(src_rows[0], dtype=dtype)[r : r + 1],
+                )
+                src = DTensor.from_local(
+                    local, mesh, [Shard(0)], run_check=False, shape=(2,), stride=(1,)
+                )
+                with self.assertRaises(RuntimeError):
+                    dst.copy_(src)
+                self.assertEqual(dst.to_local(), before)
+        # A Partial("avg") source of the same dtype is a local copy, as before.
+        dst = self._dtensor(mesh, Partial("avg"), [[0, 0], [0, 0]], torch.int8)
+        src = self._dtensor(mesh, Partial("avg"), [[4, 1], [2, 3]], torch.int8)
+        self.assertEqual(self._copy(dst, src), 0)
+        self.assertEqual(dst.placements, (Partial("avg"),))
+        self.assertEqual(dst.to_local(), src.to_local())
+        # A floating Partial("avg") destination still takes the reduced source.
+        dst = self._dtensor(
+            mesh, Partial("avg"), [[0.0, 0.0], [0.0, 0.0]], torch.float16
+        )
+        src = self._dtensor(
+            mesh, Partial("max"), [[100.0, 1.0], [0.0, 1.0]], torch.float32
+        )
+        self.assertEqual(self._copy(dst, src), 1)
+        self.assertEqual(dst.placements, (Partial("avg"),))
+        self.assertEqual(
+            dst.full_tensor(), torch.tensor([100.0, 1.0], dtype=torch.float16)
+        )
 
 
 DistPartialCopyTestWithLocalTensor = create_local_tensor_test_class(
