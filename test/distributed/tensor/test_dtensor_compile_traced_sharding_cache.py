@@ -1,12 +1,13 @@
 # Owner(s): ["oncall: distributed"]
-"""Sharding propagation while tracing is reused for repeated ops of a trace.
+"""Sharding propagation while tracing is reused for repeated ops of a compile.
 
 Traced ops skip the value-keyed sharding caches (an OutputSharding holds the mesh objects
 of the call that computed it), so every traced op used to propagate from scratch: one
 propagation per op in a trace, per layer of a model. Results are now reused for an equal
-schema whose DTensor arguments hold the same mesh objects, within one trace (the entries
-belong to the trace's FakeTensorMode). Each test starts from empty sharding caches; the
-fake process group is enough (propagation runs at compile time).
+schema within one compile (the entries belong to the ShapeEnv that Dynamo's trace and
+AOTAutograd's traces share, or to the FakeTensorMode when it has none), on the mesh objects
+of the call that reuses them. Each test starts from empty sharding caches; the fake process
+group is enough (propagation runs at compile time).
 """
 
 import gc
@@ -264,6 +265,142 @@ class DTensorCompileTracedShardingCacheTest(TestCase):
             sizes.append(len(self.traced_cache()))
         self.assertGreater(sizes[0], 0)
         self.assertEqual(sizes, [sizes[0]] * 3)
+
+    def test_traces_of_a_compile_share_results_on_their_own_meshes(self):
+        # Dynamo's trace, AOTAutograd's analysis and its graph capture each slice
+        # the tp submesh into a mesh object of their own; an equal schema is
+        # propagated once per compile and reused by the other traces on their own
+        # mesh objects, as propagating it there again would give.
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+
+        def f(w, x):
+            tp = w.device_mesh["tp"]
+            a = DTensor.from_local(w.to_local(), tp, [Shard(0)], run_check=False)
+            b = DTensor.from_local(x.to_local(), tp, [Shard(1)], run_check=False)
+            for _ in range(3):
+                a = a * b  # S(0) * S(1): b is redistributed
+            return a
+
+        def inputs():
+            # both 8 x 4 on tp: w's local 4 x 4 is a Shard(0), x's 8 x 2 a Shard(1)
+            torch.manual_seed(0)
+            return tuple(
+                DTensor.from_local(
+                    torch.randn(*shape, dtype=torch.float64),
+                    mesh,
+                    [Replicate(), Replicate()],
+                    run_check=False,
+                ).requires_grad_()
+                for shape in [(4, 4), (8, 2)]
+            )
+
+        traced = ShardingPropagator.propagate_op_sharding_traced
+        propagate = ShardingPropagator.propagate_op_sharding_non_cached
+        results, propagated = [], []
+
+        def recording(propagator, op_schema):
+            result = traced(propagator, op_schema)
+            results.append((op_schema, result))
+            return result
+
+        def counting(propagator, op_schema):
+            propagated.append(op_schema)
+            return propagate(propagator, op_schema)
+
+        eager_args, compiled_args = inputs(), inputs()
+        eager = f(*eager_args)
+        eager.to_local().sum().backward()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+        with (
+            mock.patch.object(
+                ShardingPropagator, "propagate_op_sharding_traced", recording
+            ),
+            mock.patch.object(
+                ShardingPropagator, "propagate_op_sharding_non_cached", counting
+            ),
+        ):
+            out = compiled(*compiled_args)
+            out.to_local().sum().backward()
+        self.assertEqual(out.placements, eager.placements)
+        self.assertEqual(out.device_mesh, eager.device_mesh)
+        self.assertEqual(out.to_local(), eager.to_local(), atol=0, rtol=0)
+        for ours, ref in zip(compiled_args, eager_args, strict=True):
+            self.assertEqual(ours.grad.placements, ref.grad.placements)
+            self.assertEqual(ours.grad.to_local(), ref.grad.to_local(), atol=0, rtol=0)
+
+        def forward_mul(op_schema):
+            if op_schema.op is not torch.ops.aten.mul.Tensor:
+                return False
+            a, b = op_schema.args_spec
+            return (a.placements, b.placements) == ((Shard(0),), (Shard(1),)) and (
+                a.mesh is b.mesh
+            )
+
+        # The forward's mul: 12 traced calls on 4 mesh objects (Dynamo's
+        # FakeScriptObject, AOTAutograd's submeshes), propagated once for the
+        # compile; once per mesh object (4) without sharing across traces.
+        forward = [s for s, _ in results if forward_mul(s)]
+        self.assertEqual(len({id(s.args_spec[0].mesh) for s in forward}), 4)
+        self.assertEqual(len([s for s in propagated if forward_mul(s)]), 1)
+        # every traced result holds only mesh objects of its own call's arguments
+        for op_schema, result in results:
+            own = {id(spec.mesh) for spec in op_schema.args_spec}
+            held = [s for s in tree_leaves(result.output_spec) if s is not None]
+            if result.redistribute_schema is not None:
+                held += list(result.redistribute_schema.args_spec)
+            for spec in held:
+                self.assertIn(id(spec.mesh), own, str(op_schema))
+
+    def test_results_are_not_moved_to_meshes_they_do_not_follow(self):
+        # A result is rebound to another call's meshes only where each of its
+        # meshes is one of its arguments' and it holds nothing else of the trace
+        # that computed it; otherwise the other call propagates afresh.
+        from torch.distributed.tensor._op_schema import OpSchema, OutputSharding
+        from torch.distributed.tensor._sharding_prop import _rebind_meshes
+
+        mesh, other = init_device_mesh("cpu", (2, 2)), init_device_mesh("cpu", (2, 2))
+        x = self.dtensor()._spec
+        spec = DTensorSpec(mesh, x.placements, x.tensor_meta)
+        moved = DTensorSpec(other, x.placements, x.tensor_meta)
+        op = torch.ops.aten.mul.Tensor
+        result = OutputSharding(
+            spec, OpSchema(op, (spec, spec), {}), needs_redistribute=True
+        )
+        rebound = _rebind_meshes(result, (mesh, mesh), (other, other))
+        self.assertIs(rebound.output_spec.mesh, other)
+        self.assertEqual(rebound.output_spec, moved)
+        self.assertTrue(rebound.needs_redistribute)
+        self.assertEqual(
+            [s.mesh for s in rebound.redistribute_schema.args_spec], [other, other]
+        )
+        self.assertTrue(
+            all(s.mesh is other for s in rebound.redistribute_schema.args_spec)
+        )
+        self.assertIs(result.output_spec.mesh, mesh)  # the cached one unchanged
+        third = init_device_mesh("cpu", (2, 2))
+        shape_env = ShapeEnv()
+        symbolic = DTensorSpec(
+            mesh,
+            x.placements,
+            x.tensor_meta._replace(shape=(shape_env.create_unbacked_symint(), 4)),
+        )
+        refused = {
+            "mesh of no argument": (
+                OutputSharding(DTensorSpec(third, x.placements, x.tensor_meta)),
+                (mesh,),
+                (other,),
+            ),
+            "one mesh becomes two": (result, (mesh, mesh), (other, third)),
+            "symbolic size": (OutputSharding(symbolic), (mesh,), (other,)),
+            "tensor of the trace": (
+                OutputSharding(spec, OpSchema(op, (spec, torch.ones(())), {})),
+                (mesh,),
+                (other,),
+            ),
+        }
+        for name, (res, old, new) in refused.items():
+            with self.subTest(name):
+                self.assertIsNone(_rebind_meshes(res, old, new))
 
     def test_key_meshes_follow_the_pytree_leaves(self):
         # A traced lookup keys on the mesh of each DTensorSpec among the pytree
