@@ -1119,5 +1119,236 @@ class InfiniteProductTest(TestCase):
                 )
 
 
+class SplitVarietyWrongRuleTest(TestCase):
+    """Review rev25k: Partial pieces that hide a wrong rule stock's validator rejects.
+    An integer P(avg) reduces as the truncated quotient of the pieces' sum, and
+    pieces summing to world_size times the element hid every rule linear over the
+    reals; uint8 P(min) pieces (255, or near the data) never wrapped when doubled;
+    floating-point P(product) factors +-2 hid every op that is the identity near
+    the data; an infinite P(sum)/P(avg) element was split into (inf, nan), and nan
+    on both sides was accepted. Wrong rules below are rejected, right rules of the
+    same samples accepted, at 2 and 3 ranks."""
+
+    judge = WrongRuleTest.judge
+
+    def run_rows(self, wrong, right, world_sizes=(2, 3)):
+        for world_size in world_sizes:
+            for expected, rows in ((False, wrong), (True, right)):
+                for name, op, args, kwargs, rule in rows:
+                    with self.subTest(name, world_size=world_size, right=expected):
+                        self.assertIs(
+                            self.judge(op, args, rule, world_size, kwargs), expected
+                        )
+
+    def test_integer_avg_truncates(self):
+        P, R = Partial, Replicate()
+        PA = ((P("avg"),), (P("avg"),))
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(-9, 10, (4, 6), generator=g)
+        y = torch.randint(-9, 10, (4, 6), generator=g)
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int8):
+            a, b = x.to(dtype), y.to(dtype)
+            wrong += [
+                (f"add {dtype}", aten.add.Tensor, (a, b), {}, ((P("avg"),) * 2, PA[1])),
+                (
+                    f"mul 2 {dtype}",
+                    aten.mul.Tensor,
+                    (a, torch.full_like(a, 2)),
+                    {},
+                    ((P("avg"), R), PA[1]),
+                ),
+                (f"sum.dim {dtype}", aten.sum.dim_IntList, (a, [1]), {}, PA),
+                (
+                    f"to float32 {dtype}",
+                    aten._to_copy.default,
+                    (a,),
+                    {"dtype": torch.float32},
+                    PA,
+                ),
+            ]
+            right += [
+                (f"clone {dtype}", aten.clone.default, (a,), {}, PA),
+                (f"neg {dtype}", aten.neg.default, (a,), {}, PA),
+                (f"select {dtype}", aten.select.int, (a, 0, 1), {}, PA),
+            ]
+        self.run_rows(wrong, right)
+        # The pieces reduce to the element under truncation, but their sum is not
+        # world_size times it.
+        for world_size in (2, 3):
+            for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8):
+                t = x.abs().to(dtype) if dtype == torch.uint8 else x.to(dtype)
+                local = sv._create_partial_input(t, Partial("avg"), world_size)
+                total = sum(local._local_tensors[r] for r in range(world_size))
+                quotient = torch.div(total, world_size, rounding_mode="trunc")
+                with self.subTest(dtype=dtype, world_size=world_size):
+                    self.assertEqual(quotient.to(dtype), t)
+                    self.assertTrue((total != t * world_size).all())
+
+    def test_narrow_min_max_pieces_wrap_when_doubled(self):
+        P, R = Partial, Replicate()
+        g = torch.Generator().manual_seed(0)
+        u8 = torch.randint(0, 10, (4, 6), generator=g).to(torch.uint8)
+        i8 = torch.randint(-9, 10, (4, 6), generator=g).to(torch.int8)
+        u8_0d = torch.tensor(5, dtype=torch.uint8)
+        rule = {r: ((P(r),), (P(r),)) for r in ("min", "max")}
+        shift = aten.__lshift__.Scalar
+        wrong = [
+            ("lshift uint8 P(min)", shift, (u8, 1), {}, rule["min"]),
+            ("lshift uint8 0-d P(min)", shift, (u8_0d, 1), {}, rule["min"]),
+            ("lshift int8 P(min)", shift, (i8, 1), {}, rule["min"]),
+            ("lshift int8 P(max)", shift, (i8, 1), {}, rule["max"]),
+            (
+                "mul 2 int16 P(max)",
+                aten.mul.Tensor,
+                (i8.to(torch.int16), torch.full_like(i8, 2).to(torch.int16)),
+                {},
+                ((P("max"), R), (P("max"),)),
+            ),
+        ]
+        right = [
+            ("clone uint8 P(min)", aten.clone.default, (u8,), {}, rule["min"]),
+            ("clone int8 P(max)", aten.clone.default, (i8,), {}, rule["max"]),
+            (
+                "add int8 P(min), R",
+                aten.add.Tensor,
+                (i8, i8.flip(0)),
+                {},
+                ((P("min"), R), (P("min"),)),
+            ),
+            (
+                "maximum int8 P(max), R",
+                aten.maximum.default,
+                (i8, i8.flip(0)),
+                {},
+                ((P("max"), R), (P("max"),)),
+            ),
+        ]
+        self.run_rows(wrong, right)
+
+    def test_float_product_factors_vary(self):
+        P, R = Partial, Replicate()
+        PP = ((P("product"),), (P("product"),))
+        g = torch.Generator().manual_seed(0)
+        base = torch.rand(4, 6, generator=g) * 18 - 9
+        wrong, right = [], []
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            x = base.to(dtype)
+            wrong += [
+                (f"clamp {dtype}", aten.clamp.default, (x, -10.0, 10.0), {}, PP),
+                (f"hardtanh {dtype}", aten.hardtanh.default, (x, -10.0, 10.0), {}, PP),
+                (f"fmod {dtype}", aten.fmod.Scalar, (x, 10.0), {}, PP),
+                (
+                    f"maximum {dtype}",
+                    aten.maximum.default,
+                    (x, torch.full_like(x, -100)),
+                    {},
+                    ((P("product"), R), PP[1]),
+                ),
+            ]
+            right += [
+                (f"clone {dtype}", aten.clone.default, (x,), {}, PP),
+                (f"t {dtype}", aten.t.default, (x,), {}, PP),
+                (
+                    f"mul {dtype}",
+                    aten.mul.Tensor,
+                    (x, x.flip(0)),
+                    {},
+                    ((P("product"),) * 2, PP[1]),
+                ),
+            ]
+        self.run_rows(wrong, right)
+
+    def test_non_finite_sum_elements(self):
+        P, R = Partial, Replicate()
+        inf = float("inf")
+        wrong, right = [], []
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.tensor([[inf, -inf], [-inf, inf]], dtype=dtype)
+            y = torch.tensor([[1.0, inf], [2.0, -3.0]], dtype=dtype)
+            # (An infinite R operand makes a sum split's finite pieces infinite:
+            # mul(P(sum), R) -> P(sum) is wrong there, whatever the split.)
+            finite = torch.tensor([[1.0, 4.0], [2.0, -3.0]], dtype=dtype)
+            one = torch.ones_like(x)
+            wrong += [
+                (
+                    f"neg -> P(max) {dtype}",
+                    aten.neg.default,
+                    (x,),
+                    {},
+                    ((P("sum"),), (P("max"),)),
+                ),
+                (
+                    f"clone -> P(min) {dtype}",
+                    aten.clone.default,
+                    (x,),
+                    {},
+                    ((P("sum"),), (P("min"),)),
+                ),
+                (
+                    f"add P(avg), R -> P(max) {dtype}",
+                    aten.add.Tensor,
+                    (x, one),
+                    {},
+                    ((P("avg"), R), (P("max"),)),
+                ),
+                (
+                    f"abs 0-d -> P(min) {dtype}",
+                    aten.abs.default,
+                    (torch.tensor(inf, dtype=dtype),),
+                    {},
+                    ((P("sum"),), (P("min"),)),
+                ),
+            ]
+            right += [
+                (
+                    f"neg {dtype}",
+                    aten.neg.default,
+                    (x,),
+                    {},
+                    ((P("sum"),), (P("sum"),)),
+                ),
+                (
+                    f"clone P(avg) {dtype}",
+                    aten.clone.default,
+                    (x,),
+                    {},
+                    ((P("avg"),), (P("avg"),)),
+                ),
+                (
+                    f"add {dtype}",
+                    aten.add.Tensor,
+                    (y, x),
+                    {},
+                    ((P("sum"), P("sum")), (P("sum"),)),
+                ),
+                (
+                    f"mul R {dtype}",
+                    aten.mul.Tensor,
+                    (x, finite),
+                    {},
+                    ((P("sum"), R), (P("sum"),)),
+                ),
+            ]
+        self.run_rows(wrong, right)
+        # Each non-finite element is on one rank, the others finite.
+        x = torch.tensor([[inf, -inf, 1.0], [float("nan"), 2.0, inf]])
+        for world_size, reduce_op, stock in itertools.product(
+            (2, 3), ("sum", "avg"), (False, True)
+        ):
+            local = sv._create_partial_input(
+                x, Partial(reduce_op), world_size, stock_split=stock
+            )
+            pieces = torch.stack([local._local_tensors[r] for r in range(world_size)])
+            with self.subTest(world_size=world_size, op=reduce_op, stock=stock):
+                self.assertEqual((~pieces.isfinite()).sum(0), (~x.isfinite()).long())
+                self.assertEqual(
+                    pieces.sum(0) / (world_size if reduce_op == "avg" else 1),
+                    x,
+                    atol=1e-5,
+                    rtol=1e-5,
+                )
+
+
 if __name__ == "__main__":
     run_tests()
