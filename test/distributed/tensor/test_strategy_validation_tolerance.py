@@ -124,6 +124,31 @@ class ToleranceTest(StrategyValidatorTestBase):
         rule = ((Partial("sum"), Replicate()), (Partial("sum"),))
         self.assertFalse(self.check(aten.add.Tensor, (x, x + 1), rule)[0])
 
+    def test_infinity_is_close_only_to_itself(self):
+        # The per-element band must not accept a finite value, or the other
+        # infinity, next to an infinite expected element (torch.isclose does not).
+        inf, nan = float("inf"), float("nan")
+        for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            for expected, actual in (
+                ([inf, 1.0], [1.0, 1.0]),
+                ([inf, 1.0], [-inf, 1.0]),
+                ([-inf, 1.0], [65000.0, 1.0]),
+                ([1.0, 1.0], [inf, 1.0]),
+                ([nan, 1.0], [inf, 1.0]),
+            ):
+                e = torch.tensor(expected, dtype=dtype)
+                a = torch.tensor(actual, dtype=dtype)
+                atol = torch.full((2,), 1e-5, dtype=torch.float64)
+                self.assertFalse(
+                    sv._within(e, a, atol, 1e-5), (dtype, expected, actual)
+                )
+            e = torch.tensor([inf, -inf, nan, 1.0], dtype=dtype)
+            atol = torch.full((4,), 1e-5, dtype=torch.float64)
+            self.assertTrue(sv._within(e, e.clone(), atol, 1e-5), dtype)
+        e = torch.tensor([complex(inf, 0.0), 1.0])
+        a = torch.tensor([complex(1.0, 0.0), 1.0])
+        self.assertFalse(sv._within(e, a, torch.full((2,), 1e-5), 1e-5))
+
 
 def judge(op, args, rule, world_size, kwargs=None):
     """The validator's full per-rule path (primary check and every mitigation)."""
