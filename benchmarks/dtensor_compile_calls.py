@@ -172,11 +172,7 @@ def worker(model_name: str, changed_file: str | None = None) -> dict:
         model.zero_grad(set_to_none=True)
         compiled(inputs).sum().backward()
 
-    changed = (
-        set(map(tuple, json.loads(Path(changed_file).read_text())))
-        if changed_file
-        else set()
-    )
+    changed = set(map(tuple, json.loads(Path(changed_file).read_text()))) if changed_file else set()
     counts: dict[str, int] = {}
     misses = [0]
     stack = [OUTSIDE]
@@ -350,12 +346,8 @@ def main() -> None:
         "--by-patch", action="store_true",
         help="attribute the overlay's extra calls to the patches that change the functions",
     )  # fmt: skip
-    parser.add_argument(
-        "--top", type=int, default=25, help="rows of the per-function tables"
-    )
-    parser.add_argument(
-        "--out", type=Path, default=REPO / "reports" / "dtensor_compile_calls.json"
-    )
+    parser.add_argument("--top", type=int, default=25, help="rows of the per-function tables")
+    parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_compile_calls.json")
     args = parser.parse_args()
     if args.worker:
         result = worker(args.worker, args.changed)
@@ -395,11 +387,7 @@ def main() -> None:
                     [sys.executable, __file__, "--worker", model, *extra],
                     cwd=REPO, env=env, capture_output=True, text=True,
                 )  # fmt: skip
-                lines = [
-                    line
-                    for line in proc.stdout.splitlines()
-                    if line.startswith("RESULT ")
-                ]
+                lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
                 if proc.returncode or not lines:
                     sys.stderr.write(proc.stderr[-4000:])
                     raise SystemExit(f"the {label} worker failed")
@@ -411,9 +399,7 @@ def main() -> None:
             report["models"][model] = {"results": results}
             print_regions(model, results, removed)
             if args.by_patch:
-                report["models"][model]["by_patch"] = print_by_patch(
-                    results, patches, args.top
-                )
+                report["models"][model]["by_patch"] = print_by_patch(results, patches, args.top)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
@@ -423,9 +409,7 @@ def print_regions(model: str, results: dict, removed: dict) -> None:
     stock = results["stock"]
     regions = sorted(
         {r for res in results.values() for r in res["calls"]},
-        key=lambda r: (
-            -abs(results["overlay"]["calls"].get(r, 0) - stock["calls"].get(r, 0))
-        ),
+        key=lambda r: -abs(results["overlay"]["calls"].get(r, 0) - stock["calls"].get(r, 0)),
     )
     labels = list(results)
     print(f"\nPython calls of one {model} compile, by region (diff: variant - stock)")
@@ -435,28 +419,16 @@ def print_regions(model: str, results: dict, removed: dict) -> None:
         for label in labels:
             res = results[label]
             n = res["total"] if region == "TOTAL" else res["calls"].get(region, 0)
-            base = (
-                stock["total"] if region == "TOTAL" else stock["calls"].get(region, 0)
-            )
-            row += f"{n:>14d}" + (
-                f" ({n - base:+7d})" if label != "stock" else " " * 10
-            )
+            base = stock["total"] if region == "TOTAL" else stock["calls"].get(region, 0)
+            row += f"{n:>14d}" + (f" ({n - base:+7d})" if label != "stock" else " " * 10)
         print(row)
     print("counts (load-independent):")
     for key in ["sharding propagation misses", *stock.get("stats", {})]:
         row = f"  {key:34s}"
         for label in labels:
             res = results[label]
-            n = (
-                res["misses"]
-                if key == "sharding propagation misses"
-                else res["stats"][key]
-            )
-            base = (
-                stock["misses"]
-                if key == "sharding propagation misses"
-                else stock["stats"][key]
-            )
+            n = res["misses"] if key == "sharding propagation misses" else res["stats"][key]
+            base = stock["misses"] if key == "sharding propagation misses" else stock["stats"][key]
             row += f"{n:>14d}" + (
                 f" ({n / base if base else 0:6.3f}x)" if label != "stock" else " " * 10
             )
@@ -482,9 +454,7 @@ def print_by_patch(results: dict, patches: dict[str, list[str]], top: int) -> di
 
     def patch_set(key: str) -> str:
         labels = patches.get(key)
-        if (
-            labels is None
-        ):  # the function is unchanged: the patches that change its file
+        if labels is None:  # the function is unchanged: the patches that change its file
             path = key.split(":", 1)[0]
             labels = sorted({lab for k, v in patches.items() if k.split(":", 1)[0] == path
                              for lab in v})  # fmt: skip
@@ -493,9 +463,7 @@ def print_by_patch(results: dict, patches: dict[str, list[str]], top: int) -> di
 
     owners = set(stock["by_owner"]) | set(overlay["by_owner"])
     owners |= set(stock.get("c_by_owner", {})) | set(overlay.get("c_by_owner", {}))
-    owner_diff = {
-        k: overlay["by_owner"].get(k, 0) - stock["by_owner"].get(k, 0) for k in owners
-    }
+    owner_diff = {k: overlay["by_owner"].get(k, 0) - stock["by_owner"].get(k, 0) for k in owners}
     by_set: dict[str, dict] = {}
     for key, diff in owner_diff.items():
         name = NO_OWNER if key == NO_OWNER else patch_set(key)
@@ -528,12 +496,9 @@ def print_by_patch(results: dict, patches: dict[str, list[str]], top: int) -> di
         lab[:4] in name for name in by_set)))  # fmt: skip
     funcs = set(stock["by_function"]) | set(overlay["by_function"])
     func_diff = {
-        k: overlay["by_function"].get(k, 0) - stock["by_function"].get(k, 0)
-        for k in funcs
+        k: overlay["by_function"].get(k, 0) - stock["by_function"].get(k, 0) for k in funcs
     }
-    print(
-        f"\nfunctions whose own Python calls differ most (overlay - stock), top {top}"
-    )
+    print(f"\nfunctions whose own Python calls differ most (overlay - stock), top {top}")
     for key, diff in sorted(func_diff.items(), key=lambda kv: -abs(kv[1]))[:top]:
         print(f"  {diff:>+8d}  {stock['by_function'].get(key, 0):>8d} -> "
               f"{overlay['by_function'].get(key, 0):>8d}  {key[-70:]:70s} {patch_set(key)}")  # fmt: skip
