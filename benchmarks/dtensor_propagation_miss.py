@@ -256,6 +256,12 @@ def cases(meshes):
             ),
         ),  # fmt: skip
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
+        # a Partial(max/min) through add/sub/neg: kept for floating dtypes, reduced
+        # first for an integer computation (its arithmetic wraps)
+        ("P(max) + R", mixed(operator.add, [(Partial("max"), f32), (Replicate(), f32)])),
+        ("int32 P(max) + R", mixed(operator.add, [(Partial("max"), i32), (Replicate(), i32)])),
+        ("neg P(max)", op(lambda x: -x, last=Partial("max"))),
+        ("int32 neg P(max)", op(lambda x: -x, last=Partial("max"), dtype=i32)),
         # norms and pooling
         ("vector_norm(2)", op(lambda x: torch.linalg.vector_norm(x))),
         (
