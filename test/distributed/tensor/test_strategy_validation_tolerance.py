@@ -149,6 +149,35 @@ class ToleranceTest(StrategyValidatorTestBase):
         a = torch.tensor([complex(1.0, 0.0), 1.0])
         self.assertFalse(sv._within(e, a, torch.full((2,), 1e-5), 1e-5))
 
+    def test_narrowing_cast_of_a_partial_sum_is_reported(self):
+        # Each rank rounds its value into the narrower dtype where the op on the
+        # reduced value rounds once (float32 100.3 / -100.0 to bfloat16 read 0.5 for
+        # 0.30078125): such a rule is wrong, not rounding to allow. A widening cast
+        # of a bfloat16 split rounds nothing new and stays accepted.
+        torch.manual_seed(0)
+        for reduce_op in ("sum", "avg"):
+            rule = ((Partial(reduce_op),), (Partial(reduce_op),))
+            for source, target in (
+                (torch.float32, torch.bfloat16),
+                (torch.float32, torch.float16),
+                (torch.float64, torch.bfloat16),
+            ):
+                x = (torch.rand(4, 6, dtype=torch.float64) * 18 - 9).to(source)
+                kwargs = {"dtype": target}
+                self.assertFalse(
+                    self.check(aten._to_copy.default, (x,), rule, kwargs)[0],
+                    (reduce_op, source, target),
+                )
+                self.assertFalse(
+                    self.check(aten.sum.dim_IntList, (x, [1]), rule, kwargs)[0],
+                    (reduce_op, source, target),
+                )
+            x = (torch.rand(4, 6) * 18 - 9).to(torch.bfloat16)
+            valid, message = self.check(
+                aten._to_copy.default, (x,), rule, {"dtype": torch.float32}
+            )
+            self.assertTrue(valid, message)
+
 
 def judge(op, args, rule, world_size, kwargs=None):
     """The validator's full per-rule path (primary check and every mitigation)."""
