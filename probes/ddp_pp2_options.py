@@ -1,6 +1,7 @@
 """(dp, pp) = (2, 2), 4 gloo ranks: every (DDP option, schedule) case of
-test_schedule_ddp.py's test_ddp_stages_dp2_pp2 run one by one, each on fresh
-process groups with a short timeout, its outcome recorded instead of raised, so
+test_schedule_ddp.py's test_ddp_stages_dp2_pp2 and
+test_schedule_ddp_unsupported_options.py's test_ddp_options_dp2_pp2 run one by
+one, each on fresh process groups with a short timeout, its outcome recorded instead of raised, so
 that one failing case does not hide the others (the test stops at the first).
 Also static_graph under the fused schedules, which the test leaves out.
 
@@ -26,6 +27,7 @@ CASE_TIMEOUT = timedelta(seconds=10)
 
 def worker(rank, store_path, out_dir):
     import test_schedule_ddp as t
+    import test_schedule_ddp_unsupported_options as u
 
     dist.init_process_group(
         "gloo",
@@ -37,14 +39,16 @@ def worker(rank, store_path, out_dir):
     case = t.ScheduleDDPFourRankTest("test_ddp_stages_dp2_pp2")
     case.rank = rank
     lines = []
-    for config in t.PP2_CONFIGS:
+    # DDP option -> the schedules that refuse it (the refusals' own test file).
+    configs = {"default": set(), "gradient_as_bucket_view": set(), **u.PP2_REFUSED}
+    for config, refused in configs.items():
         for schedule_cls in t.PP2_SCHEDULES:
             dp_groups = [dist.new_group([r, r + 2], timeout=CASE_TIMEOUT) for r in (0, 1)]
             pp_groups = [dist.new_group([r, r + 1], timeout=CASE_TIMEOUT) for r in (0, 2)]
             groups = dp_groups[rank % 2], pp_groups[rank // 2]
             start = time.monotonic()
             try:
-                case._run_dp2_pp2(schedule_cls, config, *groups)
+                case._run_dp2_pp2(schedule_cls, config, *groups, refused=schedule_cls in refused)
                 result = "ok"
             except Exception as error:  # noqa: BLE001
                 text = " ".join(str(error).split())

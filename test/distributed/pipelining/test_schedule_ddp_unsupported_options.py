@@ -1,0 +1,297 @@
+# Owner(s): ["oncall: distributed"]
+"""DDP options that a split (dX/dW) last backward cannot support are refused at the
+first step, with the same clear error on every rank, before anything is computed
+or exchanged: find_unused_parameters where a stage's last backward is a separate
+weight pass, static_graph under any schedule with a weight pass, and a DDP stage
+with a dw_builder whose last backward is a weight pass.
+
+Two data-parallel replicas (world size 2, gloo), each holding every stage, two
+steps: where a schedule ends every stage's backward fused (ScheduleInterleaved1F1B,
+and ScheduleDualPipeV with every stage on one rank), find_unused_parameters is not
+refused and every rank's gradients equal a float64 single-process reference
+averaged over the replicas, with each bucket handed to the comm hook once per step.
+The refusals also hold for a _PipelineScheduleRuntime that loads the schedule's
+compute+comms CSV; at (dp, pp) = (1, 2), where only one rank holds the split
+stages (every rank refuses); and at (dp, pp) = (2, 2) on four ranks (every rank
+refuses, then all meet at a barrier; find_unused_parameters works under the fused
+ScheduleInterleaved1F1B and Schedule1F1B). Only DDP stages with the option are
+refused: stage 0 alone with find_unused_parameters (its W runs the whole backward)
+works. NoDDPStageTest (one process): a schedule without a DDP stage does not look
+at its actions for DDP at a step."""
+
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from test_schedule_ddp import (
+    build,
+    DDPFourRankRunner,
+    DDPStagesRunner,
+    DDPUsageRunner,
+    DP,
+    PP2_SCHEDULES,
+    SCHEDULES,
+    SPLIT,
+)
+from test_schedule_ddp_manual_scale_grads import (
+    Block,
+    data,
+    DIM,
+    loss_fn,
+    N_MICROBATCHES,
+    TwoRankGlooTestCase,
+)
+from test_schedule_ddp_metadata import N_STEPS, reference_grads
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    ScheduleDualPipeV,
+    ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble,
+)
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.testing._internal.common_utils import run_tests, TestCase
+
+# Options refused where a stage's last backward is split, by schedule; their error
+# names the option. DualPipeV with every stage on one rank ends each stage with a
+# fused backward (stage 0's W runs the whole backward), so find_unused_parameters
+# works there; static_graph is refused under every split schedule.
+REFUSED = {
+    "find_unused_parameters": {ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble},
+    "static_graph": SPLIT,
+}
+
+
+class ScheduleDDPUnsupportedOptionsTest(
+    DDPStagesRunner, DDPUsageRunner, TwoRankGlooTestCase
+):
+    def test_ddp_options_split_backward(self):
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+        for config, refused in REFUSED.items():
+            # find_unused_parameters with a parameter no micro-batch uses.
+            kwargs = {"with_unused": config == "find_unused_parameters"}
+            for schedule_cls in SCHEDULES:
+                if config == "static_graph" and schedule_cls not in SPLIT:
+                    # Fused backward with static_graph: a defect of its own (the
+                    # first backward of the first step reduces), not covered here.
+                    continue
+                with self.subTest(config=config, schedule=schedule_cls.__name__):
+                    if schedule_cls in refused:
+                        self._run_refused(
+                            schedule_cls,
+                            {config: True},
+                            *groups,
+                            f"{config}=True",
+                            **kwargs,
+                        )
+                    else:
+                        self._run_schedule(
+                            schedule_cls, {config: True}, *groups, name=config, **kwargs
+                        )
+                dist.barrier()
+        # The refusals hold for the actions a runtime executes: its compute+comms
+        # order loaded from a CSV (without them, find_unused_parameters fails
+        # mid-step with "Expected to mark a variable ready only once").
+        for config, schedule_cls in (
+            ("find_unused_parameters", ScheduleZBVZeroBubble),
+            ("find_unused_parameters", ScheduleInterleavedZeroBubble),
+            ("static_graph", ScheduleZBVZeroBubble),
+        ):
+            with self.subTest(config=config, schedule=schedule_cls.__name__, csv=True):
+                self._run_refused(
+                    schedule_cls,
+                    {config: True},
+                    *groups,
+                    f"{config}=True",
+                    with_unused=config == "find_unused_parameters",
+                    csv=True,
+                )
+            dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_dw_builder_refused(self):
+        # A DDP stage whose weight gradients a dw_builder computes (DDP does not
+        # see them) is refused under the split schedules, before anything is
+        # handed to the comm hook.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+        for schedule_cls in SCHEDULES:
+            if schedule_cls not in SPLIT:
+                continue
+            with self.subTest(schedule=schedule_cls.__name__):
+                _, _, comms, make_schedule = self._usage_setup(
+                    schedule_cls,
+                    *groups,
+                    scale_grads=True,
+                    stage_kwargs={"dw_builder": lambda: lambda: None},
+                )
+                x, y = data(0, self.rank)
+                with self.assertRaisesRegex(RuntimeError, "dw_builder"):
+                    make_schedule().step(x, target=y)
+                self.assertEqual(comms, [])
+            dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_find_unused_split_last_backward_pp2(self):
+        # (dp, pp) = (1, 2): ScheduleDualPipeV puts stages 0 and 3 on rank 0 (last
+        # backwards: stage 0's W, which runs the whole backward, and a fused B)
+        # and stages 1 and 2 on rank 1 (last backwards split). Every rank
+        # refuses, also rank 0, whose own stages would be fine, instead of
+        # waiting on rank 1.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (1, DP), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        modules = build(4, with_unused=True)
+        mine = {0: [0, 3], 1: [1, 2]}[self.rank]
+        stages = [
+            PipelineStage(
+                DDP(
+                    modules[i],
+                    process_group=dp_group,
+                    find_unused_parameters=True,
+                ),
+                i,
+                4,
+                torch.device("cpu"),
+                group=pp_group,
+            )
+            for i in mine
+        ]
+        schedule = ScheduleDualPipeV(
+            stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+        )
+        x, y = data(0, 0)
+        with self.assertRaisesRegex(
+            RuntimeError, r"stages \[1, 2\].*find_unused_parameters=True"
+        ):
+            if self.rank == 0:
+                schedule.step(x, target=y)
+            else:
+                schedule.step()
+        for i in mine:
+            for p in modules[i].parameters():
+                self.assertIsNone(p.grad)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_find_unused_on_stage_0_only(self):
+        # (dp, pp) = (2, 1): under ScheduleZBVZeroBubble and
+        # ScheduleInterleavedZeroBubble only stage 0 (whose last backward, its W,
+        # runs the whole backward) is DDP(find_unused_parameters=True), with an
+        # unused parameter; the other stages, whose last backward is split, are
+        # plain modules (their grads all-reduced by hand) or DDP with the
+        # default options. Nothing is refused, and the grads equal the reference.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        for schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble):
+            for rest in ("plain", "ddp"):
+                n_stages = SCHEDULES[schedule_cls]
+                modules = build(n_stages)
+                modules[0].unused = torch.nn.Parameter(
+                    torch.ones(DIM, dtype=torch.float64)
+                )
+                wrapped = [
+                    DDP(module, process_group=dp_group, find_unused_parameters=i == 0)
+                    if i == 0 or rest == "ddp"
+                    else module
+                    for i, module in enumerate(modules)
+                ]
+                stages = [
+                    PipelineStage(m, i, n_stages, torch.device("cpu"), group=pp_group)
+                    for i, m in enumerate(wrapped)
+                ]
+                schedule = schedule_cls(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
+                for step in range(N_STEPS):
+                    msg = f"{schedule_cls.__name__}, rest {rest}, step {step}"
+                    x, y = data(step, self.rank)
+                    schedule.step(x, target=y)
+                    reference = reference_grads(build(n_stages), step, DP)
+                    self.assertIsNone(modules[0].unused.grad, msg=msg)
+                    for i, (module, ref) in enumerate(
+                        zip(modules, reference, strict=True)
+                    ):
+                        for p, ref_p in zip(
+                            [module.w, module.b], ref.parameters(), strict=True
+                        ):
+                            if rest == "plain" and i > 0:
+                                dist.all_reduce(p.grad, group=dp_group)
+                                p.grad /= DP
+                            torch.testing.assert_close(
+                                p.grad, ref_p.grad, msg=f"{msg}, stage {i}"
+                            )
+                            p.grad = None
+                dist.barrier()
+        dist.destroy_process_group()
+
+
+class NoDDPStageTest(TestCase):
+    def test_no_ddp_stage_no_action_walk(self):
+        # A step with a backward walks the executed actions to decide how DDP
+        # stages reduce (about 0.45 us per action); without a DDP stage on the
+        # rank it does not. The DDP control shows the walk is observed.
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            for use_ddp in (False, True):
+                with self.subTest(ddp=use_ddp):
+                    torch.manual_seed(0)
+                    modules = [Block() for _ in range(2)]
+                    if use_ddp:
+                        modules = [DDP(module) for module in modules]
+                    stages = [
+                        PipelineStage(module, i, 2, torch.device("cpu"))
+                        for i, module in enumerate(modules)
+                    ]
+                    schedule = ScheduleZBVZeroBubble(
+                        stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                    )
+                    x, y = data(0, 0)
+                    with mock.patch.object(
+                        schedule, "_executed_order", wraps=schedule._executed_order
+                    ) as walk:
+                        schedule.step(x, target=y)
+                    self.assertEqual(walk.call_count > 0, use_ddp)
+        finally:
+            dist.destroy_process_group()
+
+
+# DDP options at (dp, pp) = (2, 2) -> the schedules that refuse them. With more
+# than one pipeline rank every stage of ScheduleDualPipeV but stage 0 ends with a
+# split W, so find_unused_parameters is refused there too (every rank refuses,
+# also the one whose own stages end fused); it works under the fused schedules
+# (with a parameter no micro-batch uses). static_graph under a fused schedule is
+# a defect of its own and is not run.
+PP2_REFUSED = {
+    "find_unused_parameters": SPLIT,
+    "static_graph": SPLIT,
+}
+
+
+class ScheduleDDPUnsupportedOptionsFourRankTest(DDPFourRankRunner, TwoRankGlooTestCase):
+    def test_ddp_options_dp2_pp2(self):
+        # (dp, pp) = (2, 2): a refused option raises on every rank at the first
+        # step with nothing computed or handed to the hook, and the ranks then
+        # meet at a barrier (none waits in the pipeline); find_unused_parameters
+        # under the fused schedules: the gradient, once-per-bucket and overlap
+        # checks of test_schedule_ddp.py's test_ddp_stages_dp2_pp2.
+        self.init_gloo()
+        groups = self._pp2_groups()
+        for config, refused in PP2_REFUSED.items():
+            for schedule_cls in PP2_SCHEDULES:
+                if config == "static_graph" and schedule_cls not in refused:
+                    continue
+                with self.subTest(config=config, schedule=schedule_cls.__name__):
+                    self._run_dp2_pp2(
+                        schedule_cls, config, *groups, refused=schedule_cls in refused
+                    )
+                dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_tests()
