@@ -156,18 +156,69 @@ class DistPartialCopyTest(DTensorContinuousTestBase):
         self.assertEqual(self._copy(dst, src), 0)
         self.assertEqual(dst.placements, (Partial("avg"),))
         self.assertEqual(dst.to_local(), src.to_local())
-        # A floating Partial("avg") destination still takes the reduced source.
+        # A float32 Partial("avg") destination still takes the reduced source.
+        dst = self._dtensor(
+            mesh, Partial("avg"), [[0.0, 0.0], [0.0, 0.0]], torch.float32
+        )
+        src = self._dtensor(
+            mesh, Partial("max"), [[100.0, 1.0], [0.0, 1.0]], torch.float16
+        )
+        self.assertEqual(self._copy(dst, src), 1)
+        self.assertEqual(dst.placements, (Partial("avg"),))
+        self.assertEqual(dst.full_tensor(), torch.tensor([100.0, 1.0]))
+
+    def test_half_avg_destination_from_a_reduced_source_is_refused(self):
+        # c10d averages a float16/bfloat16 Partial("avg") by summing the world
+        # size's copies in that dtype: a reduced source written on every rank
+        # overflows above finfo.max / world size (float16 40000 on 2 ranks read
+        # inf), so such a destination takes no reduced source.
+        mesh = self.build_device_mesh()
+        for dtype, big in ((torch.float16, 40000.0), (torch.bfloat16, 3.0e38)):
+            for placement, src_dtype, src_rows in (
+                (Partial("sum"), dtype, [[big / 2, 1.0], [big / 2, 1.0]]),
+                (Partial("max"), dtype, [[big, 1.0], [1.0, 1.0]]),
+                (Partial("min"), dtype, [[big, 1.0], [big, 2.0]]),
+                (Partial("max"), torch.float32, [[big, 1.0], [1.0, 1.0]]),
+                (Partial("avg"), torch.float32, [[big, 1.0], [big, 1.0]]),
+                (Replicate(), torch.float32, [[big, 1.0], [big, 1.0]]),
+            ):
+                with self.subTest(dtype=dtype, src=(placement, src_dtype)):
+                    dst = self._dtensor(
+                        mesh, Partial("avg"), [[1.0, 1.0], [3.0, 3.0]], dtype
+                    )
+                    before = dst.to_local().clone()
+                    src = self._dtensor(mesh, placement, src_rows, src_dtype)
+                    with self.assertRaisesRegex(
+                        (RuntimeError, AssertionError),
+                        f"{REFUSAL}|to another \\(P\\(avg\\)\\) is unsupported",
+                    ):
+                        dst.copy_(src)
+                    self.assertEqual(dst.placements, (Partial("avg"),))
+                    self.assertEqual(dst.to_local(), before)
+            # The same refusal through _to_copy.out, which decomposes into a
+            # cast and copy_.
+            with self.subTest(dtype=dtype, src="_to_copy.out"):
+                out = self._dtensor(
+                    mesh, Partial("avg"), [[1.0, 1.0], [3.0, 3.0]], dtype
+                )
+                before = out.to_local().clone()
+                src = self._dtensor(
+                    mesh, Partial("avg"), [[big, 1.0], [big, 1.0]], torch.float32
+                )
+                with self.assertRaises((RuntimeError, AssertionError)):
+                    torch.ops.aten._to_copy.out(src, out=out)
+                self.assertEqual(out.placements, (Partial("avg"),))
+                self.assertEqual(out.to_local(), before)
+        # A same-dtype Partial("avg") source is a local copy, as before.
         dst = self._dtensor(
             mesh, Partial("avg"), [[0.0, 0.0], [0.0, 0.0]], torch.float16
         )
         src = self._dtensor(
-            mesh, Partial("max"), [[100.0, 1.0], [0.0, 1.0]], torch.float32
+            mesh, Partial("avg"), [[4.0, 1.0], [2.0, 3.0]], torch.float16
         )
-        self.assertEqual(self._copy(dst, src), 1)
+        self.assertEqual(self._copy(dst, src), 0)
         self.assertEqual(dst.placements, (Partial("avg"),))
-        self.assertEqual(
-            dst.full_tensor(), torch.tensor([100.0, 1.0], dtype=torch.float16)
-        )
+        self.assertEqual(dst.to_local(), src.to_local())
 
 
 DistPartialCopyTestWithLocalTensor = create_local_tensor_test_class(

@@ -765,6 +765,44 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         with self.assertRaisesRegex(RuntimeError, "in-place operations"):
             self._dtensor(mesh, P(f32, *xs)).add_(self._dtensor(mesh, P(i64, *IS)))
 
+    def test_a_replicate_integer_operand_split_into_a_partial_sum_out(self):
+        # mul's [P(sum), R, P(sum)] rule splits a Replicate operand into the
+        # out's Partial("sum"): an integer or bool one is kept whole on one
+        # rank, so its conversion into float32 is exact, and the float operand
+        # is reduced (torch.mul(f32_avg_partial, torch.tensor(3),
+        # out=f32_sum_partial) raised "Redistribution from one partial type
+        # (P(avg)) to another (P(sum)) is unsupported").
+        mesh = self.build_device_mesh()
+        xs = [1.5, -2.0], [3.0, -4.0]
+        zeros = [0.0, 0.0]
+        for name, x, other in [
+            ("P(avg) * 0-dim int64", P(f32, *xs, "avg"), torch.tensor(3)),
+            ("P(max) * 0-dim int64", P(f32, *xs, "max"), torch.tensor(3)),
+            ("P(avg) * int32 R", P(f32, *xs, "avg"), R(i32, [3, 3])),
+            ("P(avg) * 0-dim bool", P(f32, *xs, "avg"), torch.tensor(True)),
+        ]:
+            with self.subTest(name):
+                plain_other = (
+                    other if isinstance(other, torch.Tensor) else reduced_value(other)
+                )
+                truth = torch.mul(reduced_value(x), plain_other)
+                out = self._dtensor(mesh, P(f32, zeros, zeros))
+                operands = [self._dtensor(mesh, x), self._dtensor(mesh, other)]
+                self.assertEqual(self._run_out(torch.mul, operands, out), 1)
+                self.assertEqual(out.placements, (Partial(),))
+                self.assertEqual(out.full_tensor(), truth)
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        # An integer Partial operand in that slot is still reduced first: its
+        # pending sum wraps in int8 (100 + 100 is -56), not in float32.
+        y = P(i8, [100, 1], [100, 2])
+        truth = torch.mul(torch.tensor([1.0, 2.0]), reduced_value(y))
+        out = self._dtensor(mesh, P(f32, zeros, zeros))
+        operands = [self._dtensor(mesh, R(f32, [1.0, 2.0])), self._dtensor(mesh, y)]
+        self._run_out(torch.mul, operands, out)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(out.full_tensor(), truth)
+
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
         # one): a sum() plan kept for int64 must not serve sum(dtype=float32),
