@@ -3,7 +3,8 @@ _far_partial_input check, judged in float64 by the comparison PR): compare_opera
 (incorrect-only, the sweep's mode) on a dozen ops with Partial rules, float32, bfloat16
 and int64, 2 samples each, 2 ranks, 2 rounds after a warm-up. Under the overlay each
 round runs "on" (the whole validator) and "off" (the far check stubbed out) in turn;
-plain python gives stock.
+plain python gives stock. It also lists the rules reported only with the far check (each
+must be a wrong rule). ROUNDS=1 WARMUP=0 for a shorter run on a loaded machine.
 
     python benchmarks/strategy_validator_far_split_cost.py
     python -m tools.cli run -- python benchmarks/strategy_validator_far_split_cost.py
@@ -11,6 +12,7 @@ plain python gives stock.
 
 import contextlib
 import io
+import os
 import time
 import warnings
 
@@ -77,9 +79,10 @@ def run(variant):
 
 dist.init_process_group("fake", rank=0, world_size=2)
 variants = ["on", "off"] if real is not None else ["stock"]
-run(variants[0])  # warm-up
+if os.environ.get("WARMUP", "1") == "1":
+    run(variants[0])  # warm-up
 totals = {v: [] for v in variants}
-for _ in range(2):
+for _ in range(int(os.environ.get("ROUNDS", "2"))):
     for v in variants:
         calls["n"] = 0
         t, n = run(v)
