@@ -11,6 +11,7 @@ import torch.distributed.tensor._ops.strategy_validation as sv
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -1348,6 +1349,218 @@ class SplitVarietyWrongRuleTest(TestCase):
                     atol=1e-5,
                     rtol=1e-5,
                 )
+
+
+class FarSplitWrongRuleTest(TestCase):
+    """Review rev25m: every split above keeps each piece within a small multiple of
+    the data, so an op that is the identity on a wider interval [-D, D] (fmod by
+    1e4, clamp to +-1000, clamp_min(-1e4), maximum with -1e4) passed P(op) -> P(op)
+    where stock's split (or its rounding) rejects it. A rule that passes is checked
+    once more with one piece far outside the data's range (_far_partial_input),
+    judged in float64 for floating-point values. Witness (2 ranks): x = 6 as P(sum)
+    pieces [20006, -20000]: clamp_min(x, -1e4) = 6, the rule gives 10006."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def samples(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(4, 6, generator=g) * 18 - 9
+        x[0, 1] = 9.5
+        r = torch.rand(4, 6, generator=g) * 4 - 2
+        m = torch.rand(6, 3, generator=g) * 4 - 2
+        i = torch.randint(-9, 10, (4, 6), generator=g)
+        u = torch.randint(0, 10, (4, 6), generator=g, dtype=torch.uint8)
+        z = torch.randn(4, 6, generator=g, dtype=torch.complex64)
+        return x, r, m, i, u, z
+
+    def test_bounded_identity_rules(self):
+        P, R = Partial, Replicate()
+        x, r, m, i, u, z = self.samples()
+
+        def one(op):
+            return ((P(op),), (P(op),))
+
+        wrong, right = [], []
+        for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            v = x.to(dtype)
+            d = str(dtype)[6:]
+            ops = ("product", "sum", "avg") if dtype.itemsize == 2 else ("product",)
+            for op in ops:
+                wrong += [
+                    (f"{d} fmod P({op})", aten.fmod.Scalar, (v, 1e4), {}, one(op)),
+                    (
+                        f"{d} clamp_min P({op})",
+                        aten.clamp_min.default,
+                        (v, -1e4),
+                        {},
+                        one(op),
+                    ),
+                    (
+                        f"{d} maximum P({op})",
+                        aten.maximum.default,
+                        (v, torch.full_like(v, -1e4)),
+                        {},
+                        ((P(op), R), (P(op),)),
+                    ),
+                ]
+            right += [
+                (f"{d} clone P(product)", aten.clone.default, (v,), {}, one("product")),
+                (f"{d} abs P(product)", aten.abs.default, (v,), {}, one("product")),
+                (
+                    f"{d} clamp P(max)",
+                    aten.clamp.default,
+                    (v, -1e4, 1e4),
+                    {},
+                    one("max"),
+                ),
+                (
+                    f"{d} clamp_min P(min)",
+                    aten.clamp_min.default,
+                    (v, -1e4),
+                    {},
+                    one("min"),
+                ),
+            ]
+        for dtype in (torch.float32, torch.bfloat16):
+            v, rv, mv = x.to(dtype), r.to(dtype), m.to(dtype)
+            d = str(dtype)[6:]
+            for op in ("sum", "avg"):
+                right += [
+                    (
+                        f"{d} mul(P({op}), R)",
+                        aten.mul.Tensor,
+                        (v, rv),
+                        {},
+                        ((P(op), R), (P(op),)),
+                    ),
+                    (f"{d} sum P({op})", aten.sum.default, (v,), {}, one(op)),
+                    (f"{d} cumsum P({op})", aten.cumsum.default, (v, 1), {}, one(op)),
+                    (
+                        f"{d} mm(P({op}), R)",
+                        aten.mm.default,
+                        (v, mv),
+                        {},
+                        ((P(op), R), (P(op),)),
+                    ),
+                ]
+        for op in ("sum", "avg", "product"):
+            wrong += [
+                (
+                    f"int64 clamp P({op})",
+                    aten.clamp.default,
+                    (i, -1000, 1000),
+                    {},
+                    one(op),
+                ),
+                (f"int64 fmod P({op})", aten.fmod.Scalar, (i, 1000), {}, one(op)),
+            ]
+        right += [
+            ("int64 clone P(sum)", aten.clone.default, (i,), {}, one("sum")),
+            (
+                "int64 mul(P(sum), R)",
+                aten.mul.Tensor,
+                (i, i.flip(0)),
+                {},
+                ((P("sum"), R), (P("sum"),)),
+            ),
+            ("int64 cumsum P(sum)", aten.cumsum.default, (i, 1), {}, one("sum")),
+            (
+                "int64 mul(P(product), P(product))",
+                aten.mul.Tensor,
+                (i, i.flip(0)),
+                {},
+                ((P("product"),) * 2, (P("product"),)),
+            ),
+            (
+                "int64 clamp P(max)",
+                aten.clamp.default,
+                (i, -1000, 1000),
+                {},
+                one("max"),
+            ),
+        ]
+        wrong += [
+            ("uint8 fmod P(min)", aten.fmod.Scalar, (u, 100), {}, one("min")),
+            ("uint8 remainder P(min)", aten.remainder.Scalar, (u, 100), {}, one("min")),
+            ("complex64 real P(product)", aten.real.default, (z,), {}, one("product")),
+        ]
+        right += [
+            ("uint8 clamp P(min)", aten.clamp.default, (u, 0, 100), {}, one("min")),
+            ("complex64 abs P(product)", aten.abs.default, (z,), {}, one("product")),
+            (
+                "complex64 mul(P(sum), R)",
+                aten.mul.Tensor,
+                (z, z.flip(0)),
+                {},
+                ((P("sum"), R), (P("sum"),)),
+            ),
+        ]
+        self.run_rows(wrong, right)
+
+    def test_far_splits_reduce_exactly(self):
+        # Exact in the dtype (integers, modulo 2**bits) or, for floating point, in
+        # float64 (the split the verdict is taken on), with a piece beyond 1e4
+        # (uint8: of 100 or more) for every nonzero element.
+        x, _, _, i, u, _ = self.samples()
+        for world_size, (tensor, limit), reduce_op in itertools.product(
+            (2, 3),
+            ((x.double(), torch.float32), (i, None), (u, None)),
+            ("sum", "avg", "product", "min", "max"),
+        ):
+            local = sv._far_partial_input(
+                tensor, reduce_op, world_size, limit_dtype=limit
+            )
+            pieces = torch.stack([local._local_tensors[r] for r in range(world_size)])
+            with self.subTest(world_size=world_size, op=reduce_op, dtype=tensor.dtype):
+                if reduce_op in ("sum", "avg"):
+                    value = pieces.sum(0, dtype=pieces.dtype)
+                    if reduce_op == "avg" and tensor.is_floating_point():
+                        value = value / world_size
+                    elif reduce_op == "avg":
+                        value = value // world_size
+                elif reduce_op == "product":
+                    value = pieces.prod(0, dtype=pieces.dtype)
+                else:
+                    value = pieces.amin(0) if reduce_op == "min" else pieces.amax(0)
+                if tensor.is_floating_point():
+                    self.assertEqual(value, tensor, atol=1e-9, rtol=1e-12)
+                else:
+                    self.assertEqual(value, tensor, atol=0, rtol=0)
+                bound = 100 if tensor.dtype == torch.uint8 else 1e4
+                far = (pieces.abs() >= bound).any(0) | (tensor == 0)
+                if tensor.dtype == torch.uint8 and reduce_op == "max":
+                    # Pieces of an unsigned max lie between 0 and the element.
+                    far = (pieces == 0).any(0) | (tensor == 0)
+                self.assertTrue(bool(far.all()))
+
+    def test_what_the_far_split_cannot_see(self):
+        # Right on the sample's range whatever the split, so accepted: every piece
+        # of a uint8 P(max) lies between 0 and the element, and every _NormPartial
+        # piece between 0 and the norm, so an op that is the identity on [0, D]
+        # past the data is the identity on every split (wrong only for data past D).
+        P = Partial
+        _, _, _, _, u, _ = self.samples()
+        norms = torch.rand(4, 6, generator=torch.Generator().manual_seed(1)) * 9
+        N = _NormPartial(2)
+        rows = [
+            (
+                "uint8 fmod P(max)",
+                aten.fmod.Scalar,
+                (u, 100),
+                {},
+                ((P("max"),), (P("max"),)),
+            ),
+            ("float32 fmod NormP(2)", aten.fmod.Scalar, (norms, 1e4), {}, ((N,), (N,))),
+            (
+                "float32 clamp NormP(2)",
+                aten.clamp.default,
+                (norms, None, 1e4),
+                {},
+                ((N,), (N,)),
+            ),
+        ]
+        self.run_rows([], rows)
 
 
 if __name__ == "__main__":
