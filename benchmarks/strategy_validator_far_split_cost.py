@@ -87,15 +87,11 @@ for _ in range(int(os.environ.get("ROUNDS", "2"))):
         calls["n"] = 0
         t, n = run(v)
         totals[v].append(t)
-        print(
-            f"{v:6s} cpu {t:6.2f} s  incorrect {n}  far checks {calls['n']}", flush=True
-        )
+        print(f"{v:6s} cpu {t:6.2f} s  incorrect {n}  far checks {calls['n']}", flush=True)
 for v in variants:
     print(f"mean {v}: {sum(totals[v]) / len(totals[v]):.2f} s")
 if real is not None:
     # Rules reported with the far check and not without it: each must be wrong.
     for row in sorted(found["on"] - found["off"], key=str):
         print("reported only with the far check:", row)
-    print(
-        f"reported with / without the far check: {len(found['on'])} / {len(found['off'])}"
-    )
+    print(f"reported with / without the far check: {len(found['on'])} / {len(found['off'])}")
