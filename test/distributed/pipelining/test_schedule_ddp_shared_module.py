@@ -26,13 +26,16 @@ the comm hook once per step:
   zero gradient, and a parameter whose tensor or post-accumulate-grad hooks
   that pass would call once more is refused on every rank before DDP's reducer
   is armed (the fused B, stage 0's W that runs the whole backward, and a split
-  W reducing)."""
+  W reducing).
+- test_ddp_shared_module_hook_on_one_rank: such a hook on one data-parallel rank
+  only is refused on every rank (the ranks agree before arming), none waits."""
 
 import torch
 import torch.distributed as dist
 from test_schedule_ddp import (
     DDPStagesRunner,
     DP,
+    PG_TIMEOUT,
     SCHEDULES,
 )
 from test_schedule_ddp_manual_scale_grads import (
@@ -413,6 +416,47 @@ class ScheduleDDPSharedModuleTest(DDPStagesRunner, TwoRankGlooTestCase):
                         on_module=hook_on_v(kind),
                     )
                 dist.barrier()
+        dist.destroy_process_group()
+
+    def test_ddp_shared_module_hook_on_one_rank(self):
+        # The hook on ``v`` of test_ddp_shared_module_zero_gradient_pass on rank
+        # 0 only (e.g. a gradient-logging hook): every rank raises at the next
+        # step before DDP's reducer is armed, rank 0 naming ``v`` and rank 1
+        # naming rank 0, and nothing is handed to the comm hook (without the
+        # ranks agreeing, rank 1 armed its reducer and waited in DDP's
+        # all-reduce until the process group's timeout). The data-parallel group
+        # times out after 30 s, so a rank left waiting fails instead of hanging.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = dist.new_group([0, 1], timeout=PG_TIMEOUT), mesh.get_group("pp")
+
+        def on_module(module):
+            def after_step(step):
+                if self.rank == 0:
+                    module.v.register_hook(lambda g: None)
+
+            return after_step
+
+        refused = (
+            r"parameters \['v'\] of the DistributedDataParallel module that "
+            r"several stages on this rank share .* tensor hooks \(register_hook\)"
+            if self.rank == 0
+            else r"data-parallel rank 0 .* refused to reduce the module"
+        )
+        for block, schedule in (
+            (InputGradBlock, ScheduleInterleaved1F1B),
+            (InputGradBlock, ScheduleZBVZeroBubble),
+            (lambda: InputGradBlock(stage_0_only=True), "w1_last"),
+        ):
+            with self.subTest(schedule=str(schedule)):
+                self._shared_steps(
+                    groups,
+                    block,
+                    {"a": schedule},
+                    [("a", None), ("a", None, refused)],
+                    on_module=on_module,
+                )
+            dist.barrier()
         dist.destroy_process_group()
 
 
