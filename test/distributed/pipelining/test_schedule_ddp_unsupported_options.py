@@ -74,8 +74,8 @@ class ScheduleDDPUnsupportedOptionsTest(
             kwargs = {"with_unused": config == "find_unused_parameters"}
             for schedule_cls in SCHEDULES:
                 if config == "static_graph" and schedule_cls not in SPLIT:
-                    # Fused backward with static_graph: a defect of its own (the
-                    # first backward of the first step reduces), not covered here.
+                    # Fused backward with static_graph: refused on its own
+                    # (test_schedule_ddp_static_graph.py).
                     continue
                 with self.subTest(config=config, schedule=schedule_cls.__name__):
                     if schedule_cls in refused:
@@ -265,7 +265,7 @@ class NoDDPStageTest(TestCase):
 # split W, so find_unused_parameters is refused there too (every rank refuses,
 # also the one whose own stages end fused); it works under the fused schedules
 # (with a parameter no micro-batch uses). static_graph under a fused schedule is
-# a defect of its own and is not run.
+# refused on its own (test_schedule_ddp_static_graph.py) and is not run here.
 PP2_REFUSED = {
     "find_unused_parameters": SPLIT,
     "static_graph": SPLIT,
