@@ -588,6 +588,30 @@ class ScheduleDDPTest(DDPStagesRunner, DDPUsageRunner, TwoRankGlooTestCase):
         ):
             torch.testing.assert_close(p.grad, ref.grad, msg=name)
 
+    def test_ddp_parameter_frozen_after_wrapping(self):
+        # ``b`` of the last stage frozen after DDP wrapped the module (DDP still
+        # reduces it; the stage, built after, does not know it): the last W
+        # never reaches it and DDP's finalize_backward() raises its own error on
+        # both ranks, with a note naming ``b``.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = mesh.get_group("dp"), mesh.get_group("pp")
+        for schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble):
+            with self.subTest(schedule=schedule_cls.__name__):
+                modules, _, _, make_schedule = self._usage_setup(schedule_cls, *groups)
+                modules[-1].b.requires_grad_(False)
+                x, y = data(0, self.rank)
+                with self.assertRaisesRegex(
+                    RuntimeError, "called before all DDP buckets were ready"
+                ) as raised:
+                    make_schedule().step(x, target=y)
+                self.assertRegex(
+                    " ".join(getattr(raised.exception, "__notes__", [])),
+                    r"Parameters \['b'\] of the module do not require grad",
+                )
+            dist.barrier()
+        dist.destroy_process_group()
+
     def test_ddp_stage_usage(self):
         self.init_gloo()
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
