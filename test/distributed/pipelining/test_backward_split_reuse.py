@@ -7,23 +7,30 @@ Ordinary layers keep their weight-gradient work in the weight backward, and so
 does a reused layer whose weight gradient would take more memory than the
 gradients the weight backward would otherwise keep."""
 
+import contextlib
+import copy
+import gc
+import weakref
 from unittest import mock
 
 import torch
+import torch.distributed as dist
 import torch.distributed.pipelining._backward as _backward
+import torch.distributed.pipelining.stage as _stage
 import torch.nn.functional as F
+from torch.distributed.pipelining import PipelineStage, ScheduleZBVZeroBubble
 from torch.distributed.pipelining._backward import (
     stage_backward_input,
     stage_backward_weight,
 )
 from torch.testing._internal.common_utils import (
+    TestCase,
     instantiate_parametrized_tests,
     parametrize,
     run_tests,
-    TestCase,
 )
+from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.utils.flop_counter import FlopCounterMode
-
 
 WIDTH, BATCH = 16, 8
 
@@ -207,25 +214,200 @@ class StageBackwardSplitReuseTests(TestCase):
         with self.assertRaisesRegex(RuntimeError, "already used"):
             stage_backward_weight(iter(params), param_groups)
 
-    @parametrize("uses", [2, 3])
-    def test_weight_gradient_larger_than_saved_gradients_stays_in_weight_backward(
-        self, uses
-    ):
+    def held_bytes(self, stage, params, batch, keep_graph=False, **kwargs):
+        """Bytes held between the input and the weight backward, per storage: the
+        saved tensors still alive (a pack hook keeps a weak reference to each),
+        the gradients saved for W and the weight gradients I computed, without
+        the parameters and the input, which the caller holds anyway. With
+        ``keep_graph``, the split keeps every group in W. Also returns whether
+        the group moved; runs W afterwards."""
+        torch.manual_seed(1)
+        x = torch.randn(batch, WIDTH, dtype=torch.float64, requires_grad=True)
+        alive = []
+
+        def pack(t):
+            t = t.detach()
+            alive.append(weakref.ref(t))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            outputs = stage(x, params)
+        grads = [torch.randn(batch, WIDTH, dtype=torch.float64)]
+        with contextlib.ExitStack() as stack:
+            if keep_graph:
+                stack.enter_context(
+                    mock.patch.object(
+                        _backward,
+                        "_groups_to_compute_in_input_backward",
+                        lambda *args: [],
+                    )
+                )
+            _, param_groups = stage_backward_input(
+                outputs, grads, [x], iter(params), **kwargs
+            )
+        del outputs
+        gc.collect()
+        tensors = [t for ref in alive if (t := ref()) is not None]
+        for group in param_groups:
+            for saved in group["grads"]:
+                tensors += [g for g in saved or () if g is not None]
+            tensors += [g for g in group.get("param_grads") or () if g is not None]
+        skip = {t.untyped_storage()._cdata for t in [x, *params]}
+        storages = {
+            t.untyped_storage()._cdata: t.untyped_storage().nbytes() for t in tensors
+        }
+        nbytes = sum(n for k, n in storages.items() if k not in skip)
+        moved = ["param_grads" in g for g in param_groups]
+        del tensors
+        stage_backward_weight(iter(params), param_groups)
+        return nbytes, moved
+
+    @parametrize(
+        "uses, batch, moves",
+        [(2, 4, False), (4, 2, False), (2, 8, True), (4, 3, True), (3, 8, True)],
+    )
+    def test_memory_rule(self, uses, batch, moves):
         """Moving holds the layer's weight and bias gradients (16 * 16 + 16 = 272
-        elements per micro-batch) from I to W instead of the gradients saved at
-        its uses (8 rows * 16 per use): with 2 uses (256 elements) that would
-        hold more, so the group keeps the old path and its extra FLOPs; with 3
-        (384) it moves."""
+        elements per micro-batch) from I to W; the weight backward would hold the
+        gradients saved at the layer's uses (batch * 16 per use) and the
+        activations between them (the ReLU results of all uses but the last,
+        batch * 16 each; the input is the caller's). A group moves when those
+        take at least as much: 2 uses of 4 rows hold 128 + 64 elements and 4 uses
+        of 2 rows 128 + 96, so both keep the old path and its extra FLOPs;
+        2 uses of 8 rows (256 + 128) and 4 uses of 3 rows (192 + 144, fewer rows
+        than the width in all) move for the activations they free, 3 uses of 8
+        rows (384 + 256) for the saved gradients alone. Moving never holds more
+        than the old path: checked with a pack hook on the saved tensors."""
         i_flops, w_flops, fused = self.run_split_and_fused(
-            reused_layer(uses), linear_params(1)
+            reused_layer(uses), linear_params(1), batch=batch
         )
-        if uses == 2:
-            self.assertEqual(self.moved, [False])
+        self.assertEqual(self.moved, [moves])
+        if moves:
+            self.assertEqual(i_flops + w_flops, fused)
+        else:
             self.assertEqual(i_flops, fused // 2)
             self.assertGreater(i_flops + w_flops, fused)
-        else:
-            self.assertEqual(self.moved, [True])
-            self.assertEqual(i_flops + w_flops, fused)
+        held, moved = self.held_bytes(reused_layer(uses), linear_params(1), batch)
+        stock, _ = self.held_bytes(
+            reused_layer(uses), linear_params(1), batch, keep_graph=True
+        )
+        self.assertEqual(moved, [moves])
+        elements = (2 * uses - 1) * batch * WIDTH
+        self.assertEqual(stock, elements * 8)  # float64
+        self.assertEqual(held, 272 * 8 if moves else stock)
+        self.assertLessEqual(held, stock)
+
+    def test_activations_kept_by_another_group_are_not_counted(self):
+        """A layer after the reused one: its weight backward starts above the
+        reused layer's chain and keeps all of it alive, so moving the reused
+        layer would free only its saved gradients (4 uses of 3 rows: 192
+        elements, less than 272). It keeps the old path and holds no more."""
+
+        def stage(x, params):
+            x = reused_layer(4)(x, params[:2])[0]
+            return plain_stack(x, params[2:])
+
+        params = linear_params(2)
+        self.run_split_and_fused(stage, params, batch=3)
+        self.assertEqual(self.moved, [False, False])
+        held, _ = self.held_bytes(stage, linear_params(2), 3)
+        stock, _ = self.held_bytes(stage, linear_params(2), 3, keep_graph=True)
+        self.assertEqual(held, stock)
+
+    @parametrize("batch, moves", [(4, False), (5, True)])
+    def test_layers_sharing_a_chain_move_together(self, batch, moves):
+        """A block of two layers applied twice: each layer is its own group, and
+        both groups' intermediates reach the chain between the uses, so its
+        activations are freed only if both move. Alone, each would trade 272
+        elements of weight gradients for 2 * batch * 16 of saved gradients;
+        together 544 for 4 * batch * 16 plus the 3 * batch * 16 of the ReLU
+        results they free: enough with 5 rows, not with 4."""
+
+        def block(x, params):
+            for _ in range(2):
+                x = plain_stack(x, params)[0]
+            return [x]
+
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            block, linear_params(2), batch=batch
+        )
+        self.assertEqual(self.moved, [moves, moves])
+        self.assertEqual(i_flops + w_flops == fused, moves)
+        held, _ = self.held_bytes(block, linear_params(2), batch)
+        stock, _ = self.held_bytes(block, linear_params(2), batch, keep_graph=True)
+        self.assertEqual(stock, 7 * batch * WIDTH * 8)
+        self.assertEqual(held, 2 * 272 * 8 if moves else stock)
+
+    def test_retained_outputs_keep_the_graph(self):
+        """A last stage keeps its outputs until W (it returns them), which keeps
+        the whole graph alive: nothing is freed by moving, so 4 uses of 3 rows
+        keep the old path."""
+        params = linear_params(1)
+        x = torch.randn(3, WIDTH, dtype=torch.float64, requires_grad=True)
+        outputs = reused_layer(4)(x, params)
+        _, param_groups = stage_backward_input(
+            outputs,
+            [torch.ones_like(outputs[0])],
+            [x],
+            iter(params),
+            retained_outputs=outputs,
+        )
+        self.assertEqual(["param_grads" in g for g in param_groups], [False])
+        stage_backward_weight(iter(params), param_groups)
+
+    def test_last_stage_passes_the_outputs_it_keeps(self):
+        """The last stage of a schedule keeps its outputs until W (it returns
+        them), so the reused layer's graph stays alive and moving would add the
+        weight gradients to it: 4 uses of 3 rows keep the old path there, while
+        the same stage called with its outputs dropped moves
+        (test_memory_rule). ZBV with both stages on one rank (fake process
+        group); gradients equal a fused backward's."""
+
+        class Reused(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w, self.b = linear_params(1)
+
+            def forward(self, x):
+                return reused_layer(4)(x, (self.w, self.b))[0]
+
+        class Plain(Reused):
+            def forward(self, x):
+                return plain_stack(x, (self.w, self.b))[0]
+
+        moved = []
+
+        def record(*args, **kwargs):
+            result = stage_backward_input(*args, **kwargs)
+            moved.extend("param_grads" in g for g in result[1])
+            return result
+
+        dist.init_process_group("fake", rank=0, world_size=1, store=FakeStore())
+        try:
+            mods = [Plain(), Reused()]
+            refs = [copy.deepcopy(m) for m in mods]
+            stages = [
+                PipelineStage(m, i, 2, torch.device("cpu")) for i, m in enumerate(mods)
+            ]
+
+            def loss_fn(out, target):
+                return ((out - target) ** 2).sum()
+
+            schedule = ScheduleZBVZeroBubble(
+                stages, 2, loss_fn=loss_fn, scale_grads=False
+            )
+            torch.manual_seed(1)
+            x = torch.randn(6, WIDTH, dtype=torch.float64)
+            target = torch.randn(6, WIDTH, dtype=torch.float64)
+            with mock.patch.object(_stage, "stage_backward_input", record):
+                schedule.step(x, target=target)
+        finally:
+            dist.destroy_process_group()
+        self.assertEqual(moved, [False, False])  # one group, two micro-batches
+        loss_fn(refs[1](refs[0](x)), target).backward()
+        for mod, ref in zip(mods, refs, strict=True):
+            for p, r in zip(mod.parameters(), ref.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, r.grad)
 
     def test_microbatches_in_flight_input_input_weight_weight(self):
         """The order zero-bubble schedules use: several input backwards before the
