@@ -106,12 +106,16 @@ def cases(meshes):
 
         return make
 
-    def replicate_plus(fn):
+    def replicate_plus(fn, last=None, dtype=None):
+        # fn(x, r): x carries ``last`` (Partial(sum) unless given), r is Replicate
         def make(mesh):
             def setup():
-                x = dtensor(mesh)
+                x = dtensor(mesh, last, dtype or torch.float32)
                 r = DTensor.from_local(
-                    torch.ones(8, 8), mesh, [Replicate()] * mesh.ndim, run_check=False
+                    torch.ones(8, 8, dtype=x.dtype),
+                    mesh,
+                    [Replicate()] * mesh.ndim,
+                    run_check=False,
                 )
                 return lambda: fn(x, r)
 
@@ -262,6 +266,12 @@ def cases(meshes):
         ("int32 P(max) + R", mixed(operator.add, [(Partial("max"), i32), (Replicate(), i32)])),
         ("neg P(max)", op(lambda x: -x, last=Partial("max"))),
         ("int32 neg P(max)", op(lambda x: -x, last=Partial("max"), dtype=i32)),
+        # matmul-like ops: a Partial(sum) and a floating Partial(avg) pass through, an
+        # integer Partial(avg) is reduced first (its average truncates)
+        ("P @ R", replicate_plus(torch.mm)),
+        ("P(avg) @ R", replicate_plus(torch.mm, last=Partial("avg"))),
+        ("int64 P @ R", replicate_plus(torch.mm, dtype=i64)),
+        ("int64 P(avg) @ R", replicate_plus(torch.mm, last=Partial("avg"), dtype=i64)),
         # norms and pooling
         ("vector_norm(2)", op(lambda x: torch.linalg.vector_norm(x))),
         (
