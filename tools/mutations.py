@@ -187,11 +187,95 @@ def _random_bits(x, gen):
     return raw.view(x.dtype).reshape(x.shape)
 
 
-def _split(x, placement: str, world_size: int, gen):
-    """Per-rank tensors that ``placement`` allows for ``x``, drawn at random."""
+def _far_split(x, arg: str, n: int, gen):
+    """Per-rank tensors of a Partial(``arg``) with one piece far outside the data (review
+    rev25m): an op that is the identity on [-D, D] past the data (fmod by D, clamp to
+    +-D, clamp_min(-D), maximum with -D) differs on them. Each element's far value is
+    drawn at random: 10**2 to 10**6 times the data's largest magnitude for floating
+    point, up to 2**40 past the element (or the dtype's limit) for integers, any odd unit
+    modulo 2**bits for an integer product, a complex factor of random angle for a complex
+    product. None for reduce ops it does not cover (bitwise, bool)."""
+    import torch
+
+    if x.dtype == torch.bool or arg not in ("sum", "avg", "product", "min", "max"):
+        return None
+    floating = x.is_floating_point() or x.is_complex()
+    shape = x.shape
+
+    def far_float():
+        big = float(x.abs().max()) + 1
+        mag = big * 10 ** (torch.rand(shape, generator=gen, dtype=torch.float64) * 4 + 2)
+        # two significant digits, so a piece is often a multiple of a round divisor
+        # (fmod by 1e4 of a piece that is not crosses the divisor's multiples rarely)
+        unit = 10 ** (mag.log10().floor() - 1)
+        mag = (mag / unit).round() * unit
+        sgn = torch.where(torch.rand(shape, generator=gen) > 0.5, 1.0, -1.0)
+        return (mag * sgn).to(x.real.dtype if x.is_complex() else x.dtype)
+
+    if arg in ("sum", "avg"):
+        total = x * n if arg == "avg" else x
+        if arg == "avg" and not floating and x.dtype == torch.int64:
+            # c10d's integer avg truncates: the pieces may sum to n * x plus a
+            # remainder below n of x's sign (either sign for 0)
+            sign = torch.where(torch.rand(shape, generator=gen) > 0.5, 1, -1)
+            sign = torch.where(x != 0, x.sign(), sign)
+            total = total + sign * torch.randint(0, n, shape, generator=gen)
+        if floating:
+            pieces = [far_float().to(x.dtype) for _ in range(n - 1)]
+        elif x.dtype == torch.int64:
+            pieces = [torch.randint(-99, 100, shape, generator=gen)
+                      * 10 ** torch.randint(3, 11, shape, generator=gen)
+                      for _ in range(n - 1)]  # fmt: skip
+        else:
+            pieces = [_random_bits(x, gen) for _ in range(n - 1)]
+        return [total - sum(pieces), *pieces]
+    if arg == "product":
+        rest, pieces = x.clone(), []
+        for _ in range(n - 1):
+            if x.is_complex():
+                angle = torch.rand(shape, generator=gen, dtype=torch.float64) * 2 * math.pi
+                f = torch.polar(far_float().double().abs(), angle).to(x.dtype)
+                rest = rest / f
+            elif floating:
+                f = far_float()
+                rest = rest / f
+            else:  # an odd unit and its inverse modulo 2**bits (Newton's iteration)
+                f = _random_bits(x, gen) | 1
+                inverse = f.clone()
+                for _ in range(6):
+                    inverse = inverse * (2 - f * inverse)
+                rest = rest * inverse
+            pieces.append(f)
+        return [rest, *pieces]
+    # min (max): one rank holds x, the others a value above (below) it, far or at the
+    # dtype's limit
+    h = torch.randint(0, n, shape, generator=gen)
+    up = 1 if arg == "min" else -1
+    out = []
+    for r in range(n):
+        if floating:
+            other = x + up * far_float().abs()
+        else:
+            info = torch.iinfo(x.dtype)
+            limit = info.max if arg == "min" else info.min
+            room = (limit - x.double()).abs().clamp(max=2.0**40)
+            step = (torch.rand(shape, generator=gen, dtype=torch.float64) * room).floor() + 1
+            other = (x.double() + up * step.clamp(max=room)).to(x.dtype)
+            other = torch.where(room > 0, other, x)
+        out.append(torch.where(h == r, x, other))
+    return out
+
+
+def _split(x, placement: str, world_size: int, gen, far: bool = False):
+    """Per-rank tensors that ``placement`` allows for ``x``, drawn at random; ``far``:
+    a Partial with one piece far outside the data (``_far_split``), where it has one."""
     import torch
 
     kind, arg = _parse(placement)
+    if far and kind == "P":
+        pieces = _far_split(x, arg, world_size, gen)
+        if pieces is not None:
+            return pieces
     if kind == "R":
         return [x.clone() for _ in range(world_size)]
     if kind == "S":
@@ -424,9 +508,10 @@ def _variants(tensors, dtype, gen, trials: int):
         yield out
 
 
-def witness(aten_op, args, kwargs, rule, dtype, world_size=WORLD_SIZE, trials=8) -> str:
+def witness(aten_op, args, kwargs, rule, dtype, world_size=WORLD_SIZE, trials=8, far=False) -> str:
     """A description of per-rank inputs on which ``rule`` gives a wrong value ("" if
-    none was found). Floating-point values are computed in float64."""
+    none was found). Floating-point values are computed in float64. ``far``: after the
+    usual splits of each trial, splits with a piece far outside the data too."""
     import torch
 
     ins, outs = rule
@@ -445,10 +530,14 @@ def witness(aten_op, args, kwargs, rule, dtype, world_size=WORLD_SIZE, trials=8)
         truths = list(truth) if isinstance(truth, (list, tuple)) else [truth]
         if not all(isinstance(t, torch.Tensor) for t in truths) or len(truths) != len(outs):
             continue
-        for _ in range(3):
+        skip_usual = False
+        for attempt in range(6 if far else 3):
+            if skip_usual and attempt < 3:
+                continue
             try:
                 per_input = [
-                    _split(v, p, world_size, gen) for v, p in zip(values, ins, strict=True)
+                    _split(v, p, world_size, gen, far=attempt >= 3)
+                    for v, p in zip(values, ins, strict=True)
                 ]
                 per_rank = []
                 for r in range(world_size):
@@ -456,13 +545,17 @@ def witness(aten_op, args, kwargs, rule, dtype, world_size=WORLD_SIZE, trials=8)
                     res = aten_op(*a, **k)
                     per_rank.append(list(res) if isinstance(res, (list, tuple)) else [res])
             except Exception:
-                break
+                if not far or attempt >= 3:
+                    break
+                skip_usual = True  # the usual split fails (a complex product): far ones
+                continue
             for j, (truth_j, placement) in enumerate(zip(truths, outs, strict=True)):
                 try:
                     full = _combine([per_rank[r][j] for r in range(world_size)], placement)
                 except Exception:
                     full = None
-                where = f"trial {t_i}, output {j} {placement}"
+                where = (f"trial {t_i}{', far split' if attempt >= 3 else ''}, "
+                         f"output {j} {placement}")  # fmt: skip
                 if full is None and placement == "P(avg)" and truth_j.dtype == torch.bool:
                     return f"{where}: c10d has no avg reduction of torch.bool"
                 if full is None:
@@ -570,6 +663,8 @@ def _constructed(name: str):
         return _constructed_review7(name[len("review7-") :])
     if name.startswith("review8-"):
         return _constructed_review8(name[len("review8-") :])
+    if name.startswith("review9-"):
+        return _constructed_review9(name[len("review9-") :])
     raise KeyError(name)
 
 
@@ -1000,6 +1095,136 @@ def _constructed_review8(name: str):
     return table[op]
 
 
+def _constructed_review9(name: str):
+    """The samples of the cold review rev25m (/work/reviews/rev25m; corpus entries
+    review9-*): make_tensor-like data in [-9, 9] (largest element 9.5 for the
+    floating-point product rows), bounds far past it (1e4, 1000, 100), ``NAME-DTYPE``."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.rsplit("-", 1)
+    op = op.split("-")[0]
+    dtype = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
+             "f16": torch.float16, "i64": torch.int64, "u8": torch.uint8,
+             "c64": torch.complex64}[dt]  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    if dtype.is_floating_point:
+        x = (torch.rand(4, 6, generator=g, dtype=torch.float64) * 18 - 9).to(dtype)
+        x[0, 1] = 9.5  # the largest magnitude, positive
+    elif dtype.is_complex:
+        x = torch.randn(4, 6, dtype=dtype, generator=g)
+    else:
+        low = 0 if dtype == torch.uint8 else -9
+        x = torch.randint(low, 10, (4, 6), generator=g).to(dtype)
+    bound = 1e4 if dtype.is_floating_point else (100 if dtype == torch.uint8 else 1000)
+    narrow = {"tobf16": torch.bfloat16, "tof16": torch.float16}
+    table = {
+        "fmod": (aten.fmod.Scalar, (x, bound), {}),
+        "remainder": (aten.remainder.Scalar, (x, bound), {}),
+        "clamp": (aten.clamp.default, (x, -bound, bound), {}),
+        "clampmin": (aten.clamp_min.default, (x, -bound), {}),
+        "maximum": (aten.maximum.default, (x, torch.full_like(x, -bound)), {}),
+        "threshold": (aten.threshold.default, (x, -bound, 0), {}),
+        "clampmininplace": (aten.clamp_min_.default, (x.clone(), -bound), {}),
+        "fmodinplace": (aten.fmod_.Scalar, (x.clone(), bound), {}),
+        "clampinplace": (aten.clamp_.default, (x[:, :3].reshape(6, 2)[:5].clone(),
+                                               -bound, bound), {}),  # fmt: skip
+        "fmodtensor": (aten.fmod.Tensor, (x, torch.full_like(x, bound)), {}),
+        "fmodout": (aten.fmod.Scalar_out, (x, bound), {"out": torch.zeros_like(x)}),
+        "fmodnoncontig": (aten.fmod.Scalar, (x.t().contiguous().t(), bound), {}),
+        "clamp0d": (aten.clamp_min.default, (x[0, 1].clone(), -bound), {}),
+        "clamp1": (aten.clamp.default, (x[0, :1].clone(), -bound, bound), {}),
+        "real": (aten.real.default, (x,), {}),
+        # two P(avg) operands whose remainders cancel (0-d, opposite signs; one sign)
+        "addavg": (aten.add.Tensor, (torch.tensor(-7), torch.tensor(4)), {}),
+        "subavg": (aten.sub.Tensor, (torch.tensor([3, 5, 2]), torch.tensor([6, 1, 8])), {}),
+        **{f"copy{k}": (aten._to_copy.default, (x,), {"dtype": v}) for k, v in narrow.items()},
+        **{f"todtype{k}": (aten.to.dtype, (x, v), {}) for k, v in narrow.items()},
+        **{f"convert{k}": (torch.ops.prims.convert_element_type.default, (x, v), {})
+           for k, v in narrow.items()},
+        **{f"sumdim{k}": (aten.sum.dim_IntList, (x, [1]), {"dtype": v})
+           for k, v in narrow.items()},
+        **{f"cumsum{k}": (aten.cumsum.default, (x, 1), {"dtype": v}) for k, v in narrow.items()},
+    }  # fmt: skip
+    if op not in table:
+        raise KeyError(name)
+    return table[op]
+
+
+_R9 = "review rev25m: "
+_FARP = (
+    "Partial-input PR: every piece within a small multiple of the data (float product "
+    "factors 120 and 1/24, int64 offsets |x| + 1), so an op that is the identity on "
+    "[-D, D] past the data passed; the oracle's far split is a witness"
+)
+_NARROW = (
+    "tolerance PR: a narrowing cast of a P(sum)/P(avg) rounds each rank's value; the "
+    "band of the narrow output dtype and the float64 recheck (the cast upcast to the "
+    "identity) accepted it (the output-dtype fix series' _to_copy witness)"
+)
+
+
+def _review9_rows():
+    """(id, family, dtype, rule, source) of the rev25m rows."""
+    rows = []
+    red = {"sum": "sum", "avg": "avg", "product": "product"}
+    for dt, dtn in (("f32", "float32"), ("f64", "float64"), ("bf16", "bfloat16"),
+                    ("f16", "float16")):  # fmt: skip
+        reds = ("product", "sum", "avg") if dt in ("bf16", "f16", "f32") else ("product",)
+        for r in reds:
+            p = (f"P({red[r]})",)
+            for op, fam, ins in (("fmod", "unary", p), ("clampmin", "unary", p),
+                                 ("maximum", "binary", (*p, "R")), ("clamp", "unary", p)):  # fmt: skip
+                if op == "clamp" and r == "product":
+                    continue  # two-sided clamp of a product: the infinite sample
+                rows.append((f"review9-{op}-{r}-{dt}", fam, dtn, (ins, p), _R9 + _FARP))
+    for r in ("sum", "avg", "product"):
+        p = (f"P({r})",)
+        for op in ("clamp", "fmod"):
+            rows.append((f"review9-{op}-{r}-i64", "unary", "int64", (p, p), _R9 + _FARP))
+    pp = ("P(product)",)
+    for op, fam, ins in (("clampmininplace", "unary", pp), ("fmodinplace", "unary", pp),
+                         ("fmodtensor", "binary", (*pp, "R")),
+                         ("fmodout", "unary", (*pp, "P(product)")),
+                         ("fmodout", "unary", (*pp, "R")), ("threshold", "unary", pp),
+                         ("fmodnoncontig", "unary", pp), ("clamp0d", "unary", pp)):  # fmt: skip
+        tag = "-outr" if ins[-1] == "R" and op == "fmodout" else ""
+        rows.append((f"review9-{op}{tag}-product-f32", fam, "float32", (ins, pp),
+                     _R9 + _FARP))  # fmt: skip
+    ps = ("P(sum)",)
+    for op in ("clampinplace", "clamp1"):
+        rows.append((f"review9-{op}-sum-i64", "unary", "int64", (ps, ps), _R9 + _FARP))
+    for op in ("addavg", "subavg"):
+        rows.append((f"review9-{op}-avg-i64", "binary", "int64",
+                     (("P(avg)", "P(avg)"), ("P(avg)",)),
+                     _R9 + "Partial-input PR: integer P(avg) remainders of the element's "
+                     "sign cancel between two operands (G5)"))  # fmt: skip
+    rows.append(("review9-real-product-c64", "unary", "complex64", (pp, pp),
+                 _R9 + "Partial-input PR: complex P(product) factors were real, so "
+                 "real(P(product)) -> P(product) passed"))  # fmt: skip
+    for op in ("fmod", "remainder"):
+        rows.append((f"review9-{op}-min-u8", "unary", "uint8", (("P(min)",), ("P(min)",)),
+                     _R9 + "Partial-input PR: uint8 P(min) pieces were in range or 255 "
+                     "(fmod by 100 gives 55, above the data)"))  # fmt: skip
+    for src, cast_ops in (("f32", ("copytobf16", "copytof16", "todtypetobf16",
+                                   "todtypetof16", "converttobf16", "converttof16",
+                                   "sumdimtobf16", "sumdimtof16", "cumsumtobf16",
+                                   "cumsumtof16")),
+                          ("f64", ("copytobf16",))):  # fmt: skip
+        for op in cast_ops:
+            fam = {"sumdim": "reduction", "cumsum": "scan"}.get(op[:6], "unary")
+            for r in ("sum", "avg") if op.startswith("copy") else ("sum",):
+                p = (f"P({r})",)
+                rows.append((f"review9-{op}-{r}-{src}", fam,
+                             {"f32": "float32", "f64": "float64"}[src], (p, p),
+                             _R9 + _NARROW))  # fmt: skip
+    return tuple(rows)
+
+
+# The cold review rev25m (after the fixes of rev25k): its rows of wrong rules stock
+# rejects and the overlay accepted (A1, B1, B2, C, D, I, I2), at 2 ranks.
+REVIEW9 = _review9_rows()
+
 _R6 = "review rev25e: "
 _BAND = (
     "tolerance PR: the band of the op on the absolute per-rank values (no exact "
@@ -1173,6 +1398,7 @@ FOUND = (
     *REVIEW6,
     *REVIEW7,
     *REVIEW8,
+    *REVIEW9,
 )  # fmt: skip
 
 
@@ -1194,7 +1420,10 @@ def build(out: Path, ops_filter: set[str] | None = None, found_only: bool = Fals
         oracle_flags_registered = list(old["oracle_flags_registered"])
     for builder, family, dtype_name, rule, source in FOUND:
         func, args, kwargs = _constructed(builder)
-        w = witness(func, args, kwargs, rule, getattr(torch, dtype_name))
+        # the far split only for the rows found past the data (rev25m), so the other
+        # entries keep their witnesses
+        w = witness(func, args, kwargs, rule, getattr(torch, dtype_name),
+                    far=builder.startswith("review9-"))  # fmt: skip
         if not w:
             raise AssertionError(f"no witness for {builder}")
         entries.append({"id": builder, "family": family, "dtype": dtype_name,

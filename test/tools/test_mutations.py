@@ -68,6 +68,49 @@ class OracleTest(TestCase):
                 ints = [torch.tensor([1, -3]), torch.zeros(2, dtype=torch.long)]
                 self.assertEqual(mutations._combine(ints, "P(avg)"), torch.tensor([0, -1]))
 
+    def test_far_splits_reduce_to_the_input(self):
+        # One piece far outside the data (review rev25m): the oracle's own witnesses of
+        # the rules an op that is the identity past the data hides.
+        gen = torch.Generator().manual_seed(0)
+        values = torch.tensor([[3.5, -2.0, 0.0], [7.25, -1.5, 4.0]])
+        cases = {
+            torch.float64: ("sum", "avg", "min", "max", "product"),
+            torch.complex128: ("sum", "product"),
+            torch.int64: ("sum", "min", "max", "product"),
+            torch.int8: ("sum", "avg", "min", "max", "product"),
+            torch.uint8: ("min",),  # a uint8 P(max) piece lies in [0, x]
+        }
+        for world_size in (2, 3):
+            for dtype, ops in cases.items():
+                x = (values * 4).to(dtype)
+                if dtype == torch.uint8:
+                    x = (values.abs() * 4).to(dtype)
+                for op in ops:
+                    with self.subTest(world_size=world_size, dtype=dtype, op=op):
+                        pieces = mutations._split(x, f"P({op})", world_size, gen, far=True)
+                        if dtype.is_floating_point or dtype.is_complex:
+                            torch.testing.assert_close(mutations._combine(pieces, f"P({op})"), x)
+                        else:
+                            self.assertEqual(mutations._combine(pieces, f"P({op})"), x)
+                        far = torch.stack(pieces).abs().double().amax()
+                        self.assertGreater(far, 50 if dtype in (torch.int8, torch.uint8) else 1e3)
+
+    def test_far_witness_only_where_the_rule_is_wrong(self):
+        x = torch.rand(4, 6, generator=torch.Generator().manual_seed(0)) * 18 - 9
+        prod = (("P(product)",), ("P(product)",))
+        fmod = (aten.fmod.Scalar, (x, 1e4), {})
+        self.assertEqual(mutations.witness(*fmod, prod, torch.float32), "")
+        self.assertTrue(mutations.witness(*fmod, prod, torch.float32, far=True))
+        clone = (aten.clone.default, (x,), {})
+        self.assertEqual(mutations.witness(*clone, prod, torch.float32, far=True), "")
+        summ = (("P(sum)",), ("P(sum)",))
+        self.assertEqual(mutations.witness(aten.neg.default, (x,), {}, summ, torch.float32,
+                                           far=True), "")  # fmt: skip
+        i = torch.randint(-9, 10, (4, 6), generator=torch.Generator().manual_seed(0))
+        clamp = (aten.clamp.default, (i, -1000, 1000), {})
+        self.assertEqual(mutations.witness(*clamp, summ, torch.int64), "")
+        self.assertTrue(mutations.witness(*clamp, summ, torch.int64, far=True))
+
     def test_witness_for_wrong_rules_only(self):
         flags = torch.rand(6, 6, generator=torch.Generator().manual_seed(0)) > 0.5
         wrong = (("P(sum)",), ("P(sum)",))

@@ -1563,5 +1563,82 @@ class FarSplitWrongRuleTest(TestCase):
         self.run_rows([], rows)
 
 
+class AvgRemainderSignTest(TestCase):
+    """Review rev25m G5: an integer P(avg) input's pieces sum to world_size times the
+    element plus a remainder of its sign, so two P(avg) operands' remainders cancelled
+    where their signs differ (add) or agree (sub), and a wrong int
+    add/sub(P(avg), P(avg)) -> P(avg) passed on such samples. Witness (2 ranks):
+    x = -7 as pieces summing to -14, y = 4 as pieces summing to 9: the rule gives
+    trunc(-5 / 2) = -2, the truth is -3. One operand's remainder is left alone under
+    the second mask (the odd operand's dropped) and under the far split (the even
+    operand's dropped), so each pair of elements meets a split whose remainder has the
+    other sign than its sum or difference."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def test_remainders_of_two_operands_do_not_cancel(self):
+        P, R = Partial, Replicate()
+        AA = ((P("avg"), P("avg")), (P("avg"),))
+        SS = ((P("sum"), P("sum")), (P("sum"),))
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(-9, 10, (4, 6), generator=g)
+        y = torch.where(x > 0, -1, 1) * torch.randint(1, 10, (4, 6), generator=g)
+        pairs = {
+            "opposite signs, 0-d": (torch.tensor(-7), torch.tensor(4)),
+            "opposite signs, 0-d swapped": (torch.tensor(4), torch.tensor(-7)),
+            "opposite signs, |x| < |y|, 0-d": (torch.tensor(-4), torch.tensor(7)),
+            "same signs": (torch.tensor([3, 5, 2]), torch.tensor([6, 1, 8])),
+            "same signs, negative": (torch.tensor([-3, -5]), torch.tensor([-6, -1])),
+            "opposite signs, 4x6": (x, y),
+        }
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int32, torch.int8):
+            for name, (a, b) in pairs.items():
+                a, b = a.to(dtype), b.to(dtype)
+                same = bool(((a > 0) == (b > 0)).all())
+                op = aten.sub.Tensor if same else aten.add.Tensor
+                wrong.append((f"{op} {name} {dtype}", op, (a, b), {}, AA))
+                right.append((f"{op} P(sum) {name} {dtype}", op, (a, b), {}, SS))
+                right.append((f"neg {name} {dtype}", aten.neg.default, (a,), {},
+                              ((P("avg"),), (P("avg"),))))  # fmt: skip
+                right.append((f"mul by R 0 {name} {dtype}", aten.mul.Tensor,
+                              (a, torch.zeros_like(b)), {},
+                              ((P("avg"), R), (P("avg"),))))  # fmt: skip
+        self.run_rows(wrong, right)
+
+    def test_splits_reduce_exactly(self):
+        for world_size in (2, 3):
+            for dtype in (torch.int64, torch.int8, torch.uint8):
+                t = torch.tensor([[-7, 4, 0], [3, -1, 9]])
+                t = t.abs().to(dtype) if dtype == torch.uint8 else t.to(dtype)
+                for tensor_idx, mask_shift, far in itertools.product(
+                    (0, 1), (0, 1), (False, True)
+                ):
+                    with self.subTest(
+                        world_size=world_size,
+                        dtype=dtype,
+                        tensor_idx=tensor_idx,
+                        mask_shift=mask_shift,
+                        far=far,
+                    ):
+                        if far:
+                            local = sv._far_partial_input(
+                                t, "avg", world_size, tensor_idx, mask_shift
+                            )
+                        else:
+                            local = sv._create_partial_input(
+                                t, Partial("avg"), world_size, tensor_idx, mask_shift
+                            )
+                        total = sum(
+                            local._local_tensors[r].long() for r in range(world_size)
+                        )
+                        if dtype != torch.int64:
+                            bits = torch.iinfo(dtype).bits
+                            total = (total % 2**bits).to(dtype).long()
+                        quotient = torch.div(total, world_size, rounding_mode="trunc")
+                        self.assertEqual(quotient.to(dtype), t)
+
+
 if __name__ == "__main__":
     run_tests()
