@@ -1498,6 +1498,119 @@ class FarSplitWrongRuleTest(TestCase):
         ]
         self.run_rows(wrong, right)
 
+    def test_conversions_and_float16_data(self):
+        # Review rev25n N2-N4. N2/N4: an integer Partial input with a floating-point
+        # output got no far check (judged in float64, which needs a floating-point
+        # input): int64 P(sum) cast to float16/bfloat16 (pieces [70006, -70000] read
+        # nan, truth 6), and int64 P(product) clamp/fmod with float bounds or a
+        # cast to a float dtype (the wrapped pieces do not convert exactly). N3:
+        # float16 data of 32 and more got no far split (a of 2**10 times the data
+        # does not fit float16's range), so fmod/threshold/maximum of a P(product)
+        # on [-60, 60] passed.
+        P, R = Partial, Replicate()
+        g = torch.Generator().manual_seed(3)
+        i = torch.randint(-9, 10, (4, 6), generator=g)
+        h = (torch.rand(4, 6, generator=g) * 120 - 60).to(torch.float16)
+        h[0, 0] = 60.0
+
+        def one(op):
+            return ((P(op),), (P(op),))
+
+        wrong = [
+            (
+                f"int64 _to_copy({d}) P(sum)",
+                aten._to_copy.default,
+                (i,),
+                {"dtype": d},
+                one("sum"),
+            )
+            for d in (torch.float16, torch.bfloat16)
+        ]
+        wrong += [
+            (
+                "int64 mul(P(sum), R float16)",
+                aten.mul.Tensor,
+                (i, torch.full((4, 6), 1.5, dtype=torch.float16)),
+                {},
+                ((P("sum"), R), (P("sum"),)),
+            ),
+            (
+                "int64 clamp(-100., 100.) P(product)",
+                aten.clamp.default,
+                (i, -100.0, 100.0),
+                {},
+                one("product"),
+            ),
+            (
+                "int64 fmod(100.) P(product)",
+                aten.fmod.Scalar,
+                (i, 100.0),
+                {},
+                one("product"),
+            ),
+        ]
+        wrong += [
+            (
+                f"int64 _to_copy({d}) P(product)",
+                aten._to_copy.default,
+                (i,),
+                {"dtype": d},
+                one("product"),
+            )
+            for d in (torch.float16, torch.float32, torch.float64)
+        ]
+        wrong += [
+            (
+                "float16 fmod(1e4) P(product)",
+                aten.fmod.Scalar,
+                (h, 1e4),
+                {},
+                one("product"),
+            ),
+            (
+                "float16 threshold(-1e4, 0) P(product)",
+                aten.threshold.default,
+                (h, -1e4, 0.0),
+                {},
+                one("product"),
+            ),
+            (
+                "float16 maximum(P(product), R(-1e4))",
+                aten.maximum.default,
+                (h, torch.full_like(h, -1e4)),
+                {},
+                ((P("product"), R), (P("product"),)),
+            ),
+        ]
+        right = [
+            (
+                "int64 _to_copy(float16) P(max)",
+                aten._to_copy.default,
+                (i,),
+                {"dtype": torch.float16},
+                one("max"),
+            ),
+            (
+                "int64 clamp(-100., 100.) P(max)",
+                aten.clamp.default,
+                (i, -100.0, 100.0),
+                {},
+                one("max"),
+            ),
+            ("int64 clone P(product)", aten.clone.default, (i,), {}, one("product")),
+            ("float16 clone P(product)", aten.clone.default, (h,), {}, one("product")),
+            ("float16 abs P(product)", aten.abs.default, (h,), {}, one("product")),
+            ("float16 neg P(sum)", aten.neg.default, (h,), {}, one("sum")),
+            (
+                "float16 clamp(-1e4, 1e4) P(max)",
+                aten.clamp.default,
+                (h, -1e4, 1e4),
+                {},
+                one("max"),
+            ),
+        ]
+        self.run_rows(wrong, right)
+
     def test_far_splits_reduce_exactly(self):
         # Exact in the dtype (integers, modulo 2**bits) or, for floating point, in
         # float64 (the split the verdict is taken on), with a piece beyond 1e4

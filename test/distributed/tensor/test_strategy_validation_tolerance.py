@@ -821,5 +821,125 @@ class SecondChanceLimitsTest(TestCase):
                 self.assertEqual(valid, [first, True, True])
 
 
+class HalfPrecisionConversionTest(TestCase):
+    """Review rev25n N1: float16 <-> bfloat16 conversions of a P(sum)/P(avg)/
+    P(product) passed, where stock's validator rejects them. float16 -> bfloat16
+    is only 8x coarser, so each piece's bfloat16 rounding stayed within the band's
+    4 float16 ulps of the per-rank magnitude; bfloat16 -> float16 is finer but
+    narrower in range; the float64 recheck made the cast the identity. Witnesses
+    (2 ranks): float16 pieces [100.3125, -100] cast to bfloat16 read 0.5, truth
+    0.3125; bfloat16 P(product) pieces [2**17, 3.5 * 2**-17] cast to float16 read
+    inf, truth 3.5. Widening casts (bfloat16 or float16 to float32) stay
+    accepted."""
+
+    def test_half_precision_conversions(self):
+        P, R = Partial, Replicate()
+        g = torch.Generator().manual_seed(17)
+        b = (torch.rand(4, 6, generator=g) * 18 - 9).to(torch.bfloat16)
+        h = (torch.rand(4, 6, generator=g) * 18 - 9).to(torch.float16)
+        f16, bf16 = torch.float16, torch.bfloat16
+        wrong, right = [], []
+        for op in ("sum", "avg", "product"):
+            one = ((P(op),), (P(op),))
+            wrong += [
+                (
+                    f"bf16->f16 P({op})",
+                    aten._to_copy.default,
+                    (b,),
+                    {"dtype": f16},
+                    one,
+                ),
+                (
+                    f"f16->bf16 P({op})",
+                    aten._to_copy.default,
+                    (h,),
+                    {"dtype": bf16},
+                    one,
+                ),
+            ]
+        one = ((P("sum"),), (P("sum"),))
+        wrong += [
+            ("bf16 to.dtype f16", aten.to.dtype, (b, f16), {}, one),
+            (
+                "bf16 sum.dim_IntList(dtype=f16)",
+                aten.sum.dim_IntList,
+                (b, [1]),
+                {"dtype": f16},
+                one,
+            ),
+            (
+                "bf16 cumsum(dtype=f16)",
+                aten.cumsum.default,
+                (b, 1),
+                {"dtype": f16},
+                one,
+            ),
+            (
+                "f16 sum.dim_IntList(dtype=bf16)",
+                aten.sum.dim_IntList,
+                (h, [1]),
+                {"dtype": bf16},
+                one,
+            ),
+            (
+                "copy_(bf16 R, f16 P(sum))",
+                aten.copy_.default,
+                (torch.zeros(4, 6, dtype=bf16), h),
+                {},
+                ((R, P("sum")), (P("sum"),)),
+            ),
+        ]
+        for source, name in ((b, "bf16"), (h, "f16")):
+            for op in ("sum", "avg"):
+                right.append(
+                    (
+                        f"{name}->f32 P({op})",
+                        aten._to_copy.default,
+                        (source,),
+                        {"dtype": torch.float32},
+                        ((P(op),), (P(op),)),
+                    )
+                )
+            right += [
+                (
+                    f"{name} sum.dim_IntList(dtype=f32) P(sum)",
+                    aten.sum.dim_IntList,
+                    (source, [1]),
+                    {"dtype": torch.float32},
+                    one,
+                ),
+                (
+                    f"copy_(f32 R, {name} P(sum))",
+                    aten.copy_.default,
+                    (torch.zeros(4, 6), source),
+                    {},
+                    ((R, P("sum")), (P("sum"),)),
+                ),
+                (
+                    f"{name} mul(P(sum), f32 R)",
+                    aten.mul.Tensor,
+                    (source, torch.rand(4, 6, generator=g)),
+                    {},
+                    ((P("sum"), R), (P("sum"),)),
+                ),
+            ]
+        right.append(
+            (
+                "bf16->f16 P(max)",
+                aten._to_copy.default,
+                (b,),
+                {"dtype": f16},
+                ((P("max"),), (P("max"),)),
+            )
+        )
+        for world_size in (2, 3):
+            for expected, rows in ((False, wrong), (True, right)):
+                for name, op, args, kwargs, rule in rows:
+                    with self.subTest(name, world_size=world_size, right=expected):
+                        self.assertIs(
+                            judge(op, args, rule, world_size, kwargs), expected
+                        )
+
+
 if __name__ == "__main__":
     run_tests()
