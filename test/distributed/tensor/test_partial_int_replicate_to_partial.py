@@ -130,6 +130,63 @@ class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
         else:
             self.assertEqual(part.to_local().numel(), 0)
 
+    def test_mul_and_div_split_integer_operand_keeps_inf_and_zero_division(self):
+        # mul and div take a Partial("sum") at one operand: an integer or bool
+        # Replicate operand split into one must not hold zeros where the other
+        # operand holds inf or the denominator 0.0 (0 * inf and 0 / 0 are nan,
+        # the sum inf). In a floating computation it is divided like a float;
+        # an integer computation keeps it whole (2**53 + 1 stays exact).
+        mesh = self.build_device_mesh()
+        inf, nan = float("inf"), float("nan")
+        i32, i64, f32 = torch.int32, torch.int64, torch.float32
+        cases = [
+            # (op, (value, placement, dtype) per operand, out dtype, collectives)
+            (torch.mul, [([3, 3], "R", i32), ([inf, 2.0], "R", f32)], f32, 0),
+            (torch.mul, [([inf, 2.0], "R", f32), ([3, 3], "R", i32)], f32, 0),
+            (torch.mul, [([inf, 2.0], "avg", f32), (3, "R", i32)], f32, 1),
+            (
+                torch.mul,
+                [([inf, -2.0], "avg", f32), ([True, True], "R", torch.bool)],
+                f32,
+                1,
+            ),
+            (torch.mul, [([3, -3], "R", i64), ([nan, -inf], "R", f32)], f32, 0),
+            (torch.div, [([3, 3], "R", i32), ([0.0, 2.0], "R", f32)], f32, 0),
+            (torch.div, [([-3, 0], "R", i32), ([0.0, 0.0], "R", f32)], f32, 0),
+            (
+                torch.div,
+                [([True, True], "R", torch.bool), ([0.0, 2.0], "sum", f32)],
+                f32,
+                1,
+            ),
+            (torch.div, [([3, 3], "R", i32), ([0, 2], "R", i32)], f32, 0),
+            (torch.mul, [([2**53 + 1, 3], "R", i64), ([1, 2], "R", i64)], i64, 0),
+        ]
+        for fn, operands, out_dtype, collectives in cases:
+            with self.subTest(fn=fn.__name__, operands=operands):
+                args = []
+                for value, placement, dtype in operands:
+                    if placement == "sum":
+                        zeros = [0] * len(value)
+                        per_rank = [value if r == 0 else zeros for r in range(2)]
+                        args.append(
+                            self._dtensor(mesh, Partial("sum"), per_rank, dtype)
+                        )
+                    else:
+                        p = Replicate() if placement == "R" else Partial(placement)
+                        args.append(self._dtensor(mesh, p, [value, value], dtype))
+                expected = fn(
+                    *(torch.tensor(value, dtype=dtype) for value, _, dtype in operands)
+                ).to(out_dtype)
+                out = self._dtensor(mesh, Partial("sum"), [[0, 0], [0, 0]], out_dtype)
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    fn(*args, out=out)
+                self.assertEqual(comm_mode.get_total_counts(), collectives)
+                self.assertEqual(out.placements, (Partial("sum"),))
+                self.assertEqual(out.dtype, out_dtype)
+                self.assertEqual(out.full_tensor(), expected)
+
     def test_float_sum_partial_is_still_divided(self):
         # The floating-point path is unchanged: every rank holds v / n.
         mesh = self.build_device_mesh()

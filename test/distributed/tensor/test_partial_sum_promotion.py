@@ -767,19 +767,24 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
 
     def test_a_replicate_integer_operand_split_into_a_partial_sum_out(self):
         # mul's [P(sum), R, P(sum)] rule splits a Replicate operand into the
-        # out's Partial("sum"): an integer or bool one is kept whole on one
-        # rank, so its conversion into float32 is exact, and the float operand
-        # is reduced (torch.mul(f32_avg_partial, torch.tensor(3),
+        # out's Partial("sum"): an integer or bool one is converted into the
+        # float32 mul computes in and divided by the world size (kept whole,
+        # its zeros would meet the inf below: 0 * inf is nan), and the float
+        # operand is reduced (torch.mul(f32_avg_partial, torch.tensor(3),
         # out=f32_sum_partial) raised "Redistribution from one partial type
         # (P(avg)) to another (P(sum)) is unsupported").
         mesh = self.build_device_mesh()
         xs = [1.5, -2.0], [3.0, -4.0]
+        infs = [float("inf"), -2.0], [float("inf"), -4.0]
         zeros = [0.0, 0.0]
         for name, x, other in [
             ("P(avg) * 0-dim int64", P(f32, *xs, "avg"), torch.tensor(3)),
             ("P(max) * 0-dim int64", P(f32, *xs, "max"), torch.tensor(3)),
             ("P(avg) * int32 R", P(f32, *xs, "avg"), R(i32, [3, 3])),
             ("P(avg) * 0-dim bool", P(f32, *xs, "avg"), torch.tensor(True)),
+            ("P(avg) inf * 0-dim int64", P(f32, *infs, "avg"), torch.tensor(3)),
+            ("P(avg) inf * int32 R", P(f32, *infs, "avg"), R(i32, [3, 3])),
+            ("P(avg) inf * 0-dim bool", P(f32, *infs, "avg"), torch.tensor(True)),
         ]:
             with self.subTest(name):
                 plain_other = (
