@@ -821,6 +821,16 @@ class SecondChanceLimitsTest(TestCase):
                 self.assertEqual(valid, [first, True, True])
 
 
+def assert_verdicts(test: TestCase, wrong: list, right: list) -> None:
+    """Each (name, op, args, kwargs, rule) row of ``wrong`` rejected and of ``right``
+    accepted, on 2 and 3 ranks."""
+    for world_size in (2, 3):
+        for expected, rows in ((False, wrong), (True, right)):
+            for name, op, args, kwargs, rule in rows:
+                with test.subTest(name, world_size=world_size, right=expected):
+                    test.assertIs(judge(op, args, rule, world_size, kwargs), expected)
+
+
 class HalfPrecisionConversionTest(TestCase):
     """Review rev25n N1: float16 <-> bfloat16 conversions of a P(sum)/P(avg)/
     P(product) passed, where stock's validator rejects them. float16 -> bfloat16
@@ -932,13 +942,7 @@ class HalfPrecisionConversionTest(TestCase):
                 ((P("max"),), (P("max"),)),
             )
         )
-        for world_size in (2, 3):
-            for expected, rows in ((False, wrong), (True, right)):
-                for name, op, args, kwargs, rule in rows:
-                    with self.subTest(name, world_size=world_size, right=expected):
-                        self.assertIs(
-                            judge(op, args, rule, world_size, kwargs), expected
-                        )
+        assert_verdicts(self, wrong, right)
 
 
 class ComplexAndBoolConversionTest(TestCase):
@@ -990,13 +994,7 @@ class ComplexAndBoolConversionTest(TestCase):
                 ((P("max"),), (P("max"),)),
             ),
         ]
-        for world_size in (2, 3):
-            for expected, rows in ((False, wrong), (True, right)):
-                for name, op, args, kwargs, rule in rows:
-                    with self.subTest(name, world_size=world_size, right=expected):
-                        self.assertIs(
-                            judge(op, args, rule, world_size, kwargs), expected
-                        )
+        assert_verdicts(self, wrong, right)
 
 
 if __name__ == "__main__":
