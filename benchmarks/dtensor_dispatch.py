@@ -89,6 +89,18 @@ def cases(mesh):
 
         return setup
 
+    def scalar_tensor(placement, dtype, fn=torch.mul):
+        # fn(x, t), t a plain 0-d tensor (not a DTensor). x is 8 x 4, so that the
+        # Python scalar rows (8 x 8) do not share its native cache entries, which
+        # torch 2.15.0 keys alike (it would run one row's plan for the other).
+        def setup():
+            rows = 8 // WORLD_SIZE if isinstance(placement, Shard) else 8
+            x = DTensor.from_local(torch.rand(rows, 4), mesh, [placement], run_check=False)
+            t = torch.tensor(0.5 if dtype.is_floating_point else 1, dtype=dtype)
+            return lambda: fn(x, t)
+
+        return setup
+
     def fill_new_scalar():
         x, counter = dtensor(Shard(0)), iter(range(1 << 62))
         return lambda: x.fill_(next(counter) * 0.5)
@@ -145,6 +157,7 @@ def cases(mesh):
 
     S, R, P = Shard(0), Replicate(), Partial()
     f32, bf16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
+    f64 = torch.float64
     return [
         ("fill_(1.5) S(0), same scalar", op(S, lambda x: x.fill_(1.5))),
         ("fill_(v) S(0), new scalar each call", fill_new_scalar),
@@ -183,6 +196,14 @@ def cases(mesh):
         ("P(sum) - R, int64 R", partial_and_replicate(i64, lambda x, y: x - y)),
         ("rsub(P(sum), R), int64 R", partial_and_replicate(i64, torch.rsub)),
         ("torch.mm(x, x), x = S(0)", op(S, lambda x: torch.mm(x, x))),
+        # A Python scalar in a Tensor argument (a wrapped number) and the 0-d
+        # tensors whose native cache key it shared (int64 / float64)
+        ("x * 0.5 S(0), Python scalar", op(S, lambda x: x * 0.5)),
+        ("x + 1 S(0), Python scalar", op(S, lambda x: x + 1)),
+        ("x + 1 P(sum), Python scalar", op(P, lambda x: x + 1)),
+        ("x * float64 0-d tensor S(0)", scalar_tensor(S, f64)),
+        ("x * float32 0-d tensor S(0)", scalar_tensor(S, f32)),
+        ("x + int64 0-d tensor P(sum)", scalar_tensor(P, i64, torch.add)),
         ("sum(1, out=) S(0)", out_variant(S, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("sum(1, out=) P(sum)", out_variant(P, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("cumsum(1, out=) S(0)", out_variant(S, lambda x, o: torch.cumsum(x, 1, out=o), (8, 8))),

@@ -381,3 +381,34 @@ def partial_sum_bool_cumsum() -> Outcome:
     return promotion_outcome(
         torch.bool, [[True, True], [True, False]], lambda t: t.cumsum(0), [1, 2]
     )
+
+
+@reproducer(
+    bug="P(sum) x + torch.tensor(3) then x + 3: the native sharding cache runs the "
+    "0-d tensor's plan for the Python scalar (x + 6 on 2 ranks)",
+    upstream="-",
+    patch="[DTensor] A scalar and a 0-d tensor share a native sharding entry only if "
+    "their plans agree",
+)
+def scalar_after_zero_dim_tensor_on_partial() -> Outcome:
+    import torch
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    def per_rank(r):
+        return torch.tensor([1.5 * (r + 1), -2.0 * (r + 1)])
+
+    _clear_sharding_prop_cache()
+    try:
+        values = []
+        for s in (torch.tensor(3), 3):
+            x, mode = two_rank_partial("sum", per_rank)
+            truth = (sum(per_rank(r) for r in range(WORLD_SIZE)) + 3).tolist()
+            with mode:
+                result = x + s
+            values.append(full_value(result, mode))
+    finally:
+        _clear_sharding_prop_cache()
+    return Outcome(
+        values == [truth, truth],
+        f"x + torch.tensor(3) {values[0]}, then x + 3 {values[1]} (truth {truth})",
+    )

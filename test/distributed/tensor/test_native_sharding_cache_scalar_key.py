@@ -1,0 +1,147 @@
+# Owner(s): ["oncall: distributed"]
+"""A Python scalar and a 0-d tensor do not share a native sharding-cache entry.
+
+`x + 3` passes 3 to add.Tensor's Tensor argument as a wrapped number, a 0-d tensor that
+DTensor's Python side receives back as the Python scalar 3 and plans for as a scalar (on a
+Partial(sum) `x`: reduce `x`). `x + torch.tensor(3)` is planned for a Replicate 0-d tensor
+(split it into a Partial(sum), no collective). The native (C++) sharding cache keyed the
+wrapped number like that 0-d tensor, so whichever call came first decided the plan of the
+other: `x + torch.tensor(3)` then `x + 3` read x + 6 on 2 ranks; the other order raised
+AttributeError. A float scalar shares its key with a float64 0-d tensor the same way.
+
+Each case clears the caches, runs the tensor call and the scalar call in one order, and
+compares each outcome with the same call on empty caches, and each value with the op on
+the reduced plain tensors.
+"""
+
+import torch
+import torch.distributed as dist
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Shard
+from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+WORLD_SIZE = 2
+
+OPS = {
+    "add": lambda x, s, out: x + s,
+    "sub": lambda x, s, out: x - s,
+    "add_": lambda x, s, out: x.add_(s),
+    "mul_out": lambda x, s, out: torch.mul(x, s, out=out),
+}
+
+# Each Python scalar and the 0-d tensor whose native key it shared: a wrapped
+# number is int64 for an int and float64 for a float.
+SCALARS = {
+    "int": (3, lambda: torch.tensor(3)),
+    "float": (2.5, lambda: torch.tensor(2.5, dtype=torch.float64)),
+}
+
+
+class NativeShardingCacheScalarKeyTest(TestCase):
+    def setUp(self):
+        super().setUp()
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE
+        )
+        self.addCleanup(dist.destroy_process_group)
+        self.mode = LocalTensorMode(WORLD_SIZE)
+        with self.mode:
+            self.mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        _clear_sharding_prop_cache()
+        self.addCleanup(_clear_sharding_prop_cache)
+
+    def dtensor(self, placement, values):
+        with self.mode:
+            return DTensor.from_local(
+                LocalTensor({r: values(r) for r in range(WORLD_SIZE)}),
+                self.mesh,
+                [placement],
+                run_check=False,
+            )
+
+    def full(self, d):
+        with self.mode:
+            f = d.full_tensor()
+        return f._local_tensors[0] if isinstance(f, LocalTensor) else f
+
+    def outcome(self, op, placement, s):
+        """The call's value (reduced) and its plain-tensor value, or its error type."""
+        x = self.dtensor(
+            placement, lambda r: torch.tensor([1.5 * (r + 1), -2.0 * (r + 1)])
+        )
+        out = self.dtensor(Partial("sum"), lambda r: torch.zeros(2))
+        plain = OPS[op](self.full(x), s, torch.zeros(2))
+        try:
+            with self.mode:
+                result = OPS[op](x, s, out)
+        except Exception as e:
+            return type(e), None
+        return self.full(result), plain
+
+    def test_scalar_and_zero_dim_tensor_keep_their_own_plans(self):
+        for op in OPS:
+            for placement in (Partial("sum"), Partial("avg"), Partial("max")):
+                for kind, (scalar, tensor) in SCALARS.items():
+                    calls = {"tensor": tensor, "scalar": lambda scalar=scalar: scalar}
+                    alone = {}
+                    for name, make in calls.items():
+                        _clear_sharding_prop_cache()
+                        alone[name] = self.outcome(op, placement, make())
+                    for order in (("tensor", "scalar"), ("scalar", "tensor")):
+                        with self.subTest(
+                            op=op, placement=placement, scalar=kind, order=order
+                        ):
+                            _clear_sharding_prop_cache()
+                            for name in order:
+                                got, plain = self.outcome(op, placement, calls[name]())
+                                expected, _ = alone[name]
+                                if isinstance(expected, type):
+                                    # Raises on empty caches too: add_ of a scalar
+                                    # to a Partial(sum) or Partial(max) needs a
+                                    # placement change, and out= a P(avg) -> P(sum)
+                                    # redistribution, which is not supported.
+                                    self.assertIs(got, expected, name)
+                                    continue
+                                self.assertNotIsInstance(got, type, name)
+                                self.assertEqual(got, plain, msg=name)
+                                self.assertEqual(got, expected, msg=name)
+
+    def test_output_dtype_follows_scalar_or_tensor(self):
+        # int64 x * 2.5 computes in float32 (a Python float takes the default
+        # dtype), x * float64 0-d tensor in float64: no redistribution either
+        # way, but the output specs differ.
+        for order in (("tensor", "scalar"), ("scalar", "tensor")):
+            with self.subTest(order=order):
+                _clear_sharding_prop_cache()
+                for name in order:
+                    x = self.dtensor(Shard(0), lambda r: torch.arange(2) + 2 * r)
+                    s = (
+                        2.5
+                        if name == "scalar"
+                        else torch.tensor(2.5, dtype=torch.float64)
+                    )
+                    plain = self.full(x) * s
+                    with self.mode:
+                        result = x * s
+                    self.assertEqual(result.dtype, plain.dtype, msg=name)
+                    self.assertEqual(result._spec.tensor_meta.dtype, plain.dtype)
+                    self.assertEqual(self.full(result), plain, msg=name)
+
+    def test_repeated_scalar_op_hits_the_native_cache(self):
+        # A scalar whose plan a 0-d tensor shares keeps its native entry.
+        x = self.dtensor(Shard(0), lambda r: torch.tensor([1.0, 2.0]) + r)
+        with self.mode:
+            x * 0.5
+            hits, _ = torch._C._get_DTensor_sharding_propagator_cache_stats()
+            result = x * 0.5
+            hits_after, _ = torch._C._get_DTensor_sharding_propagator_cache_stats()
+        self.assertEqual(hits_after, hits + 1)
+        self.assertEqual(self.full(result), self.full(x) * 0.5)
+
+
+if __name__ == "__main__":
+    run_tests()
