@@ -2,11 +2,13 @@
 overlay adds work while compiling, measured independently of machine load.
 
     python benchmarks/dtensor_compile_calls.py [--model block|llama ...] [--without TEXT ...]
-                                               [--by-patch] [--top N] [--out FILE]
+                                               [--by-patch] [--backend B] [--top N]
+                                               [--out FILE]
 
 The models and the compiling step are those of `dtensor_compile_time.py` (2x2 mesh, rank 0
-of 4 on the fake process group, SimpleFSDP x TP, aot_eager, every sharding cache emptied
-and Dynamo reset before the compile). Each variant (stock, the overlay, and per
+of 4 on the fake process group, SimpleFSDP x TP, aot_eager or `--backend inductor`, every
+sharding cache emptied and Dynamo reset before the compile; no FX graph or AOTAutograd
+cache, inductor's C++ kernels built by the warm-up compile and loaded by the counted one). Each variant (stock, the overlay, and per
 `--without TEXT` the overlay with the patch whose subject contains TEXT reverse-applied; a
 `+` joins several, taken out in the order given, later patches first) runs in its own
 process: it compiles once to warm imports and lazy registrations, then counts, with
@@ -27,8 +29,8 @@ calls), redistribution, DTensor flatten/unflatten.
 
 Also counted, load-independent: calls of builtins (C functions, "c_call" events),
 sharding-propagation misses, Dynamo graphs and their FX
-nodes, AOTAutograd forward/backward graph nodes (aot_eager's own compilers, wrapped to
-count), and the leaf guards of every frame Dynamo compiled (the guard-manager tree, as
+nodes, AOTAutograd forward/backward graph nodes (the backend's forward and backward
+compilers, wrapped to count), and the leaf guards of every frame Dynamo compiled (the guard-manager tree, as
 `dynamo_module_guards.py` walks it).
 
 --by-patch: where the overlay's extra calls go, by patch. The driver reads, for each
@@ -121,7 +123,9 @@ def leaf_guards() -> int:
     return total
 
 
-def worker(model_name: str, changed_file: str | None = None) -> dict:
+def worker(
+    model_name: str, changed_file: str | None = None, backend_name: str = "aot_eager"
+) -> dict:
     """Count the Python calls of one compile of ``model_name`` in this process."""
     import torch
     import torch._dynamo
@@ -137,7 +141,15 @@ def worker(model_name: str, changed_file: str | None = None) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     torch.set_num_threads(1)
-    inductor_config.force_disable_caches = True
+    # as dtensor_compile_time.py: no FX graph or AOTAutograd cache (every compile lowers
+    # and generates code again); inductor's C++ kernels, built by the first compile in
+    # subprocesses, are loaded from this variant's cache dir by the counted one
+    import torch._functorch.config as functorch_config
+
+    inductor_config.fx_graph_cache = False
+    inductor_config.fx_graph_remote_cache = False
+    functorch_config.enable_autograd_cache = False
+    functorch_config.enable_remote_autograd_cache = False
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=("dp", "tp"))
     model, inputs = build(model_name, mesh)
@@ -157,9 +169,18 @@ def worker(model_name: str, changed_file: str | None = None) -> dict:
 
         return compiler
 
-    def backend(gm, example_inputs):  # aot_eager, counting its graphs' nodes
+    def backend(gm, example_inputs):  # aot_eager or inductor, counting its graphs' nodes
         graphs["dynamo graphs"] += 1
         graphs["dynamo graph nodes"] += len(gm.graph.nodes)
+        if backend_name == "inductor":
+            from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+            def inner_compile(gm, example_inputs, **kwargs):
+                key = "AOT bw nodes" if kwargs.get("is_backward") else "AOT fw nodes"
+                graphs[key] += len(gm.graph.nodes)
+                return compile_fx_inner(gm, example_inputs, **kwargs)
+
+            return compile_fx(gm, example_inputs, inner_compile=inner_compile)
         return aot_eager(
             gm, example_inputs, fw_compiler=counted("AOT fw nodes"),
             bw_compiler=counted("AOT bw nodes"),
@@ -346,11 +367,15 @@ def main() -> None:
         "--by-patch", action="store_true",
         help="attribute the overlay's extra calls to the patches that change the functions",
     )  # fmt: skip
+    parser.add_argument(
+        "--backend", choices=["aot_eager", "inductor"], default="aot_eager",
+        help="backend to compile with (default: aot_eager)",
+    )  # fmt: skip
     parser.add_argument("--top", type=int, default=25, help="rows of the per-function tables")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_compile_calls.json")
     args = parser.parse_args()
     if args.worker:
-        result = worker(args.worker, args.changed)
+        result = worker(args.worker, args.changed, args.backend)
         sys.__stdout__.write("RESULT " + json.dumps(result) + "\n")
         return
 
@@ -384,7 +409,8 @@ def main() -> None:
             results: dict[str, dict] = {}
             for label, env in envs.items():
                 proc = subprocess.run(
-                    [sys.executable, __file__, "--worker", model, *extra],
+                    [sys.executable, __file__, "--worker", model, "--backend", args.backend,
+                     *extra],
                     cwd=REPO, env=env, capture_output=True, text=True,
                 )  # fmt: skip
                 lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -397,7 +423,7 @@ def main() -> None:
                     flush=True,
                 )
             report["models"][model] = {"results": results}
-            print_regions(model, results, removed)
+            print_regions(f"{model} / {args.backend}", results, removed)
             if args.by_patch:
                 report["models"][model]["by_patch"] = print_by_patch(results, patches, args.top)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,13 +19,20 @@ time, so other processes on the machine do not inflate it. The workers are the o
 `dtensor_dispatch.py` (its `Worker` driver: one long-lived process on stock torch, one with
 the overlay's active patches, and one per `--without TEXT`, the overlay with the patch
 whose subject contains TEXT reverse-applied), driven with interleaved repetitions (stock
-rep i, overlay rep i, ...). Inductor caches are off, so each repetition really compiles.
+rep i, overlay rep i, ...). Inductor's FX graph cache and AOTAutograd's cache are off, so
+each repetition traces, lowers and generates code again; the C++ kernels that inductor
+generates, the same each time, are built by the compiler (in subprocesses, whose CPU time
+is not counted) once per variant and then loaded from its own cache dir
+(`--fresh-kernels`: all caches off, every kernel built again, much slower on a loaded
+machine for the same counted time).
 
 Where the time goes: after the timed repetitions each variant compiles once more under
 cProfile, and the report gives the cumulative CPU seconds (profiled, so inflated) of:
 dynamo's frame compile as a whole, its guard building, AOTAutograd's metadata
-collection (the functionalized analysis pass over the graph), DTensor dispatch while
-tracing (OpDispatcher.dispatch), sharding propagation (propagate_op_sharding_non_cached,
+collection (the functionalized analysis pass over the graph), DTensor's Python dispatch
+while tracing (the slow path that C++ dispatchDTensorOp calls on a native-cache miss, and
+within it the overlay's traced-op tail, which runs in Python the local op that stock runs
+from C++), sharding propagation (propagate_op_sharding_non_cached,
 the miss path every traced op takes), redistribution, the backend compile (inductor's
 compile_fx_inner) and the top functions by own time that differ most between stock and
 overlay.
@@ -61,7 +68,19 @@ PROFILE_KEYS = [
     ("dynamo frame compile (all)", "torch/_dynamo/convert_frame.py", "_compile"),
     ("  dynamo guard building", "torch/_dynamo/guards.py", "build_guards"),
     ("  AOT metadata collection", "_aot_autograd/collect_metadata_analysis.py", "inner"),
-    ("  DTensor dispatch (traced)", "torch/distributed/tensor/_dispatch.py", "dispatch"),
+    # DTensor's entry point is C++ (dispatchDTensorOp); Python sees its slow path, which on
+    # stock is propagation only and with the overlay, for a traced op with a native cache
+    # key, also runs the local op and wraps it (_dispatch_traced_op, stock does it in C++).
+    (
+        "  DTensor Python slow path",
+        "torch/distributed/tensor/_dispatch.py",
+        "_propagate_op_sharding_dispatch_slow_path",
+    ),  # fmt: skip
+    (
+        "    traced-op tail (overlay)",
+        "torch/distributed/tensor/_dispatch.py",
+        "_dispatch_traced_op",
+    ),
     (
         "  sharding propagation (miss)",
         "distributed/tensor/_sharding_prop.py",
@@ -236,7 +255,18 @@ def worker() -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     torch.set_num_threads(1)
-    inductor_config.force_disable_caches = True
+    if FRESH_KERNELS:
+        inductor_config.force_disable_caches = True
+    else:
+        # every repetition traces, lowers and generates code again (no FX graph or
+        # AOTAutograd cache); the C++ kernels it generates, the same each time, are built
+        # once (in "prepare") into this variant's own cache dir and loaded after that
+        import torch._functorch.config as functorch_config
+
+        inductor_config.fx_graph_cache = False
+        inductor_config.fx_graph_remote_cache = False
+        functorch_config.enable_autograd_cache = False
+        functorch_config.enable_remote_autograd_cache = False
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
     mesh = init_device_mesh("cpu", MESH_SHAPE, mesh_dim_names=("dp", "tp"))
     rows = [f"{model} / {backend}" for model in ("block", "llama") for backend in BACKENDS]
@@ -300,6 +330,7 @@ def worker() -> None:
 
 
 BACKENDS: list[str] = ["aot_eager"]
+FRESH_KERNELS = False
 
 
 # --------------------------------------------------------------------------------------
@@ -344,9 +375,16 @@ def main() -> None:
         " (A+B: several, later patches first)",
     )  # fmt: skip
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown")
+    parser.add_argument(
+        "--fresh-kernels", action="store_true",
+        help="inductor: build the C++ kernels again in every compile (all caches off; the"
+        " compiler runs in subprocesses, whose CPU time is not counted)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_compile_time.json")
     args = parser.parse_args()
     BACKENDS[:] = args.backend or ["aot_eager"]
+    global FRESH_KERNELS
+    FRESH_KERNELS = args.fresh_kernels
     if args.worker:
         worker()
         return
@@ -355,6 +393,7 @@ def main() -> None:
     from tools.active import environment, materialize
 
     worker_args = [arg for backend in BACKENDS for arg in ("--backend", backend)]
+    worker_args += ["--fresh-kernels"] if FRESH_KERNELS else []
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         plan = materialize(REPO, tree)
