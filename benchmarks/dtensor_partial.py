@@ -25,7 +25,7 @@ WORLD_SIZE = 2
 def cases(numel: int):
     """(name, setup) pairs; setup returns a callable that runs the op once."""
     import torch
-    from torch.distributed.tensor import Partial, Replicate
+    from torch.distributed.tensor import Partial, Replicate, Shard
 
     def cast(dtype_in, dtype_out, reduce_op="sum"):
         def setup(make):
@@ -53,6 +53,13 @@ def cases(numel: int):
 
         return setup
 
+    def reduce_avg(dtype, target):
+        def setup(make):
+            dt = make(Partial("avg"), dtype)
+            return lambda: dt.redistribute(dt.device_mesh, [target])
+
+        return setup
+
     def adam(foreach):
         def setup(make):
             weight = torch.nn.Parameter(make(Replicate(), torch.float32))
@@ -73,6 +80,11 @@ def cases(numel: int):
         ("R.addcmul_(P, P)", addcmul),
         ("P(sum) slice", select_slice("sum")),
         ("P(product) slice", select_slice("product")),
+        ("P(avg) f32 -> R", reduce_avg(torch.float32, Replicate())),
+        ("P(avg) f32 -> S(0)", reduce_avg(torch.float32, Shard(0))),
+        ("P(avg) bf16 -> R", reduce_avg(torch.bfloat16, Replicate())),
+        ("P(avg) int32 -> R", reduce_avg(torch.int32, Replicate())),
+        ("P(avg) int64 -> S(0)", reduce_avg(torch.int64, Shard(0))),
         ("Adam.step, 1 P(sum) grad", adam(False)),
         ("Adam(foreach).step, 1 P(sum) grad", adam(True)),
     ]

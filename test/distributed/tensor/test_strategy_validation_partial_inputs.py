@@ -743,6 +743,8 @@ class WrapOnEveryElementTest(TestCase):
                 for piece in pieces[1:]:
                     total = total * piece if reduce_op == "product" else total + piece
                 if reduce_op == "avg":
+                    # An integer average sums over the integers (no wrap).
+                    total = sum(piece.long() for piece in pieces)
                     total = torch.div(total, world_size, rounding_mode="trunc")
                 with self.subTest(dtype=dtype, w=world_size, shift=shift, op=reduce_op):
                     self.assertEqual(total.to(dtype), x)
@@ -805,36 +807,12 @@ class WrapOnEveryElementTest(TestCase):
             ),
             # B2: a single element's offset split
             (
-                "sign P(avg) int8 0",
-                aten.sign.default,
-                (t(0, i8),),
-                {},
-                ((PA,), (PA,)),
-                5,
-            ),
-            (
-                "sign P(avg) int16 0",
-                aten.sign.default,
-                (t(0, i16),),
-                {},
-                ((PA,), (PA,)),
-                3,
-            ),
-            (
                 "remainder P(avg) int8 -2",
                 aten.remainder.Scalar,
                 (t(-2, i8), 3),
                 {},
                 ((PA,), (PA,)),
                 2,
-            ),
-            (
-                "rshift P(avg) int32 -2",
-                aten.__rshift__.Scalar,
-                (t(-2, i32), 1),
-                {},
-                ((PA,), (PA,)),
-                5,
             ),
             (
                 "clamp_min P(sum) -> P(product) int8 -2",
@@ -978,6 +956,35 @@ class WrapOnEveryElementTest(TestCase):
             ),
         ]
         right = [
+            # Right on these samples under an integer average that sums its pieces
+            # over the integers (DTensor's reduction): the pieces of 0 (-2) sum to
+            # within world_size - 1 of 0 (-2 * world_size), so their signs (halves)
+            # average to 0 (-1). Wrong under c10d's wrapping sum, whose pieces an
+            # earlier revision built.
+            (
+                "sign P(avg) int8 0",
+                aten.sign.default,
+                (t(0, i8),),
+                {},
+                ((PA,), (PA,)),
+                5,
+            ),
+            (
+                "sign P(avg) int16 0",
+                aten.sign.default,
+                (t(0, i16),),
+                {},
+                ((PA,), (PA,)),
+                3,
+            ),
+            (
+                "rshift P(avg) int32 -2",
+                aten.__rshift__.Scalar,
+                (t(-2, i32), 1),
+                {},
+                ((PA,), (PA,)),
+                5,
+            ),
             (
                 "clone P(product) int8 3",
                 aten.clone.default,
@@ -1626,12 +1633,15 @@ class FarSplitWrongRuleTest(TestCase):
             )
             pieces = torch.stack([local._local_tensors[r] for r in range(world_size)])
             with self.subTest(world_size=world_size, op=reduce_op, dtype=tensor.dtype):
-                if reduce_op in ("sum", "avg"):
+                if reduce_op == "avg" and not tensor.is_floating_point():
+                    # Over the integers, truncated toward zero (no wrap).
+                    value = torch.div(
+                        pieces.long().sum(0), world_size, rounding_mode="trunc"
+                    ).to(tensor.dtype)
+                elif reduce_op in ("sum", "avg"):
                     value = pieces.sum(0, dtype=pieces.dtype)
-                    if reduce_op == "avg" and tensor.is_floating_point():
+                    if reduce_op == "avg":
                         value = value / world_size
-                    elif reduce_op == "avg":
-                        value = value // world_size
                 elif reduce_op == "product":
                     value = pieces.prod(0, dtype=pieces.dtype)
                 else:
@@ -1645,6 +1655,10 @@ class FarSplitWrongRuleTest(TestCase):
                 if tensor.dtype == torch.uint8 and reduce_op == "max":
                     # Pieces of an unsigned max lie between 0 and the element.
                     far = (pieces == 0).any(0) | (tensor == 0)
+                if tensor.dtype == torch.uint8 and reduce_op == "avg":
+                    # Unsigned average pieces that do not wrap are at most
+                    # world_size times the element: none is far.
+                    far = torch.ones_like(far)
                 self.assertTrue(bool(far.all()))
 
     def test_what_the_far_split_cannot_see(self):
@@ -1743,14 +1757,74 @@ class AvgRemainderSignTest(TestCase):
                             local = sv._create_partial_input(
                                 t, Partial("avg"), world_size, tensor_idx, mask_shift
                             )
+                        # Summed over the integers: an integer average does not
+                        # wrap in its dtype.
                         total = sum(
                             local._local_tensors[r].long() for r in range(world_size)
                         )
-                        if dtype != torch.int64:
-                            bits = torch.iinfo(dtype).bits
-                            total = (total % 2**bits).to(dtype).long()
                         quotient = torch.div(total, world_size, rounding_mode="trunc")
                         self.assertEqual(quotient.to(dtype), t)
+
+
+class IntegerAverageInputTest(TestCase):
+    """An integer P(avg) input stands for the sum of its pieces over the integers
+    divided by the world size, truncated toward zero, as DTensor reduces an integer
+    Partial("avg"): the pieces never wrap, also at the dtype's limits. Where their
+    total fits the dtype (every sample of small integers), a sum in the dtype gives
+    the same value, so the input means the same to a reduction that sums in the
+    dtype. Signed narrow pieces reach the dtype's limits on some elements."""
+
+    def _pieces(self, sample, world_size, tensor_idx, mask_shift):
+        local = sv._create_partial_input(
+            sample, Partial("avg"), world_size, tensor_idx, mask_shift
+        )
+        pieces = [local._local_tensors[r] for r in range(world_size)]
+        for piece in pieces:
+            self.assertEqual(piece.dtype, sample.dtype)
+        return pieces
+
+    def test_pieces_sum_over_the_integers(self):
+        g = torch.Generator().manual_seed(0)
+        small = torch.randint(-9, 10, (4, 6), generator=g)
+        for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            values = [info.min, info.min + 1, info.max - 1, info.max, 0, 1, 5]
+            if info.min < 0:
+                values += [-1, -5, info.min // 3, info.max // 3]
+            limits = torch.tensor(values, dtype=dtype)
+            data = (small.abs() if info.min == 0 else small).to(dtype)
+            singles = [torch.tensor(v, dtype=dtype) for v in (0, 7, info.max)]
+            for world_size in (2, 3, 4, 5):
+                cases = [
+                    (sample, idx, shift)
+                    for sample in (limits, data)
+                    for idx, shift in itertools.product((0, 1), (0, 1))
+                ]
+                cases += [(x, 0, shift) for x in singles for shift in range(5)]
+                extreme = False
+                for sample, idx, shift in cases:
+                    with self.subTest(
+                        dtype=dtype, world_size=world_size, sample=sample.tolist(),
+                        tensor_idx=idx, mask_shift=shift,
+                    ):  # fmt: skip
+                        pieces = self._pieces(sample, world_size, idx, shift)
+                        columns = zip(*(p.flatten().tolist() for p in pieces))
+                        totals = [sum(column) for column in columns]
+                        means = [abs(t) // world_size * (1 if t >= 0 else -1)
+                                 for t in totals]  # fmt: skip
+                        self.assertEqual(means, sample.flatten().tolist())
+                        if sample is data:
+                            # A sum in the dtype gives the same total.
+                            in_dtype = pieces[0].clone()
+                            for piece in pieces[1:]:
+                                in_dtype = in_dtype + piece
+                            self.assertEqual(in_dtype.flatten().tolist(), totals)
+                            extreme |= any(
+                                bool(((p <= info.min + 4) | (p >= info.max - 4)).any())
+                                for p in pieces
+                            )
+                if dtype in (torch.int8, torch.int16, torch.int32):
+                    self.assertTrue(extreme, f"{dtype}, {world_size} ranks")
 
 
 if __name__ == "__main__":
