@@ -8,19 +8,25 @@ zeros_like elsewhere); while tracing, and under LocalTensor's per-rank coordinat
 tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank.
 """
 
+import itertools
+import math
+
 import torch
-from torch.distributed.device_mesh import DeviceMesh
+import torch.distributed as dist
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor, Partial, Replicate
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.testing._internal.common_utils import run_tests
+from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     DTensorContinuousTestBase,
     create_local_tensor_test_class,
     LocalDTensorContinuousTestBase,
     map_local_for_rank,
 )
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
 INT_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
 
@@ -194,6 +200,140 @@ class DistPartialIntReplicateToPartialTest(DTensorContinuousTestBase):
         part = self._to_partial_sum(rep)
         self.assertEqual(part.to_local(), torch.tensor([1.5, 2.5]))
         self.assertEqual(part.full_tensor(), torch.tensor([3.0, 5.0]))
+
+
+class PartialIntReplicateToPartialMeshTest(TestCase):
+    """LocalTensor over the fake process group, on 1-D meshes of 2 and 3 ranks
+    and on 2x2 and 2x2x2 meshes. The truth is the op on plain tensors built
+    from the inputs' full_tensor(), i.e. DTensor's own reduced values."""
+
+    def _run(self, shape, fn, inputs, placements, collectives):
+        # inputs: (placements, local per mesh coordinate) per argument;
+        # placements: the result's
+        world_size = math.prod(shape)
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=world_size
+        )
+        try:
+            mesh = init_device_mesh("cpu", shape)
+            coords = list(itertools.product(*(range(n) for n in shape)))
+            with LocalTensorMode(frozenset(range(world_size))):
+                args = [
+                    DTensor.from_local(
+                        LocalTensor({r: local(c) for r, c in enumerate(coords)}),
+                        mesh,
+                        placements,
+                        run_check=False,
+                    )
+                    for placements, local in inputs
+                ]
+                plain = [a.full_tensor()._local_tensors[0] for a in args]
+                comm_mode = CommDebugMode()
+                with comm_mode:
+                    result = fn(*args)
+                self.assertEqual(result.placements, placements)
+                got = result.full_tensor()._local_tensors[0]
+            truth = fn(*plain)
+            self.assertEqual(got.dtype, truth.dtype)
+            self.assertEqual(got, truth, equal_nan=True)
+            self.assertEqual(comm_mode.get_total_counts(), collectives)
+        finally:
+            dist.destroy_process_group()
+
+    def test_split_integer_operand_meets_an_infinite_alpha(self):
+        # add/sub/rsub scale one operand by alpha: the zeros of an integer or
+        # bool Replicate operand kept whole on the first rank would meet
+        # alpha=inf there (0 * inf is nan, the sum inf)
+        inf = float("inf")
+        x = torch.tensor([1.0, -2.0])
+        c = torch.tensor([3, 3], dtype=torch.int32)
+        cases = [
+            ("add", lambda a, b: torch.add(a, b, alpha=inf), torch.int32),
+            ("add", lambda a, b: torch.add(a, b, alpha=-inf), torch.bool),
+            ("add", lambda a, b: torch.add(a, b, alpha=inf), torch.int64),
+            ("sub", lambda a, b: torch.sub(a, b, alpha=inf), torch.uint8),
+            ("rsub", lambda a, b: torch.rsub(b, a, alpha=inf), torch.int32),
+            ("add_", lambda a, b: a.clone().add_(b, alpha=inf), torch.int8),
+            (
+                "_foreach_add",
+                lambda a, b: torch._foreach_add([a], [b], alpha=-inf)[0],
+                torch.int32,
+            ),
+            (
+                "_foreach_sub",
+                lambda a, b: torch._foreach_sub([a], [b], alpha=inf)[0],
+                torch.int64,
+            ),
+        ]
+        for shape in ((2,), (3,), (2, 2), (2, 2, 2)):
+            psum = (Partial("sum"),) * len(shape)
+            rep = (Replicate(),) * len(shape)
+            for name, fn, dtype in cases:
+                with self.subTest(shape=shape, op=name, dtype=dtype):
+                    self._run(
+                        shape,
+                        fn,
+                        [
+                            (psum, lambda co: x if not any(co) else x * 0),
+                            (rep, lambda co, dtype=dtype: c.to(dtype)),
+                        ],
+                        psum,
+                        collectives=0,
+                    )
+            with self.subTest(shape=shape, op="add out="):
+                self._run(
+                    shape,
+                    lambda a, b, o: torch.add(a, b, alpha=inf, out=o),
+                    [
+                        (rep, lambda co: x),
+                        (rep, lambda co: torch.tensor([True, True])),
+                        (psum, lambda co: torch.zeros(2)),
+                    ],
+                    psum,
+                    collectives=0,
+                )
+
+    def test_pending_integer_partial_is_reduced_in_its_dtype_before_the_split(
+        self,
+    ):
+        # An integer or bool operand pending on mesh dim 0 and split into a
+        # Partial("sum") on the other mesh dims for mul/div into a floating
+        # out=: its pending reduction runs in its own dtype (int32 and int8
+        # sums wrap, a bool sum is a logical or, bitwise_or stays bitwise),
+        # and only then is it converted and split. One all-reduce, as
+        # without the conversion.
+        cases = [
+            ("mul", "sum", torch.int32, lambda first: 2**31 - 1 if first else 1),
+            ("div", "sum", torch.int8, lambda first: 100),
+            ("div", "sum", torch.uint8, lambda first: 200 if first else 100),
+            ("mul", "sum", torch.bool, lambda first: True),
+            ("mul", "avg", torch.int32, lambda first: 1 if first else 2),
+            ("mul", "bor", torch.int32, lambda first: 1 if first else 2),
+            ("mul", "sum", torch.int32, lambda first: 2**24 + 1 if first else 1),
+        ]
+        for shape in ((2, 2), (2, 2, 2)):
+            n = len(shape)
+            rep = (Replicate(),) * n
+            out_placements = (Replicate(),) + (Partial("sum"),) * (n - 1)
+            for op, reduce_op, dtype, piece in cases:
+                with self.subTest(shape=shape, op=op, reduce_op=reduce_op, dtype=dtype):
+                    fn = getattr(torch, op)
+                    self._run(
+                        shape,
+                        lambda a, b, o, fn=fn: fn(a, b, out=o),
+                        [
+                            (
+                                (Partial(reduce_op),) + (Replicate(),) * (n - 1),
+                                lambda co, dtype=dtype, piece=piece: torch.tensor(
+                                    [piece(co[0] == 0), 1], dtype=dtype
+                                ),
+                            ),
+                            (rep, lambda co: torch.ones(2)),
+                            (out_placements, lambda co: torch.zeros(2)),
+                        ],
+                        out_placements,
+                        collectives=1,
+                    )
 
 
 class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
