@@ -1690,6 +1690,69 @@ class FarSplitWrongRuleTest(TestCase):
         self.run_rows([], rows)
 
 
+class ComplexAndBoolConversionTest(TestCase):
+    """Review rev25o O1/O2: the conversion check (_narrowing_conversion_inputs, see
+    FarSplitWrongRuleTest.test_conversions_and_float16_data) looked only at real
+    floating-point outputs and was off for any bool Partial input, so an int64
+    P(sum) converted into complex32 (OpInfo `chalf` on int64 samples; pieces
+    [70004, -70000] read nan, truth 4), multiplied by a complex32 Replicate, or
+    converted into float16/bfloat16 by an addcmul next to a bool
+    P(min)/P(max)/P(sum) passed, where stock's validator rejects them. An exact
+    conversion (int64 -> complex64) and a bool P(max) cast stay accepted (float16
+    -> complex32, exact too, needs the comparison PR's rounding band: there)."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def test_complex_outputs_and_bool_partial_inputs(self):
+        P, R = Partial, Replicate()
+        c32, f16, bf16 = torch.complex32, torch.float16, torch.bfloat16
+        g = torch.Generator().manual_seed(5)
+        x = torch.randint(-9, 10, (4, 6), generator=g)
+        flags = torch.rand(4, 6, generator=g) > 0.5
+        one = ((P("sum"),), (P("sum"),))
+        wrong = [
+            ("i64->c32 P(sum)", aten._to_copy.default, (x,), {"dtype": c32}, one),
+            (
+                "mul(i64 P(sum), c32 R)",
+                aten.mul.Tensor,
+                (x, (torch.rand(4, 6, generator=g) * 4).to(c32)),
+                {},
+                ((P("sum"), R), (P("sum"),)),
+            ),
+        ]
+        for low in (f16, bf16):
+            other = (torch.rand(4, 6, generator=g) * 18 - 9).to(low)
+            for bool_op in ("min", "max", "sum"):
+                wrong.append(
+                    (
+                        f"addcmul(i64 P(sum), {low} R, bool P({bool_op}), value=0)",
+                        aten.addcmul.default,
+                        (x, other, flags),
+                        {"value": 0},
+                        ((P("sum"), R, P(bool_op)), (P("sum"),)),
+                    )
+                )
+        right = [
+            # complex64 holds both parts of every int64 piece here (below 2**24).
+            (
+                "i64->c64 P(sum)",
+                aten._to_copy.default,
+                (x,),
+                {"dtype": torch.complex64},
+                one,
+            ),
+            (
+                "bool P(max) -> f16 P(max)",
+                aten._to_copy.default,
+                (flags,),
+                {"dtype": f16},
+                ((P("max"),), (P("max"),)),
+            ),
+        ]
+        self.run_rows(wrong, right)
+
+
 class AvgRemainderSignTest(TestCase):
     """Review rev25m G5: an integer P(avg) input's pieces sum to world_size times the
     element plus a remainder of its sign, so two P(avg) operands' remainders cancelled
