@@ -1752,6 +1752,52 @@ class ComplexAndBoolConversionTest(TestCase):
         ]
         self.run_rows(wrong, right)
 
+    def test_complex_product_cast_to_real(self):
+        # Review rev25p G1: a complex P(product) cast to a real dtype drops each
+        # piece's imaginary part, which does not commute with the product
+        # (pieces 1j and -1j of 1 read 0 * 0). The conversion check kept the
+        # real part and saw an exact conversion, so these wrong rules passed
+        # where stock's validator rejects them; a cast of a P(sum) commutes.
+        P = Partial
+        g = torch.Generator().manual_seed(7)
+        z = torch.complex(
+            torch.rand(4, 6, generator=g) + 0.5, torch.rand(4, 6, generator=g) + 0.5
+        )
+        prod = ((P("product"),), (P("product"),))
+        psum = ((P("sum"),), (P("sum"),))
+        wrong, right = [], []
+        for src, dst in (
+            (torch.complex64, torch.float32),
+            (torch.complex128, torch.float64),
+        ):
+            x = z.to(src)
+            wrong += [
+                (
+                    f"_to_copy {src} -> {dst} P(product)",
+                    aten._to_copy.default,
+                    (x,),
+                    {"dtype": dst},
+                    prod,
+                ),
+                (
+                    f"convert_element_type {src} -> {dst} P(product)",
+                    torch.ops.prims.convert_element_type.default,
+                    (x, dst),
+                    {},
+                    prod,
+                ),
+            ]
+            right.append(
+                (
+                    f"_to_copy {src} -> {dst} P(sum)",
+                    aten._to_copy.default,
+                    (x,),
+                    {"dtype": dst},
+                    psum,
+                )
+            )
+        self.run_rows(wrong, right, world_sizes=(2, 3, 4))
+
 
 class AvgRemainderSignTest(TestCase):
     """Review rev25m G5: an integer P(avg) input's pieces sum to world_size times the
