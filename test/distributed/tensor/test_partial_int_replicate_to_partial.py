@@ -293,6 +293,44 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                     collectives=0,
                 )
 
+    def test_operand_repeated_in_a_foreach_list_is_converted_per_entry(self):
+        # One integer tensor passed for two list entries of different dtypes is
+        # converted into each entry's dtype, not reused from the first entry
+        # (a float64 result for a float32 entry; int64 2**40 + 1 rounded in
+        # float32 read 2**40 + 2 through complex128)
+        s = torch.tensor([2**40 + 1, 3, -5])
+        x = torch.tensor([1.0, -2.0, 0.5])
+        cases = [
+            (torch.float64, torch.float32, float("inf")),
+            (torch.complex128, torch.complex64, 1 + 0j),
+        ]
+        for shape in ((2,), (2, 2)):
+            psum = (Partial("sum"),) * len(shape)
+            rep = (Replicate(),) * len(shape)
+            for first, second, alpha in cases:
+                with self.subTest(shape=shape, dtypes=(first, second), alpha=alpha):
+                    self._run(
+                        shape,
+                        lambda a, b, c, alpha=alpha: torch._foreach_add(
+                            [a, b], [c, c], alpha=alpha
+                        )[1],
+                        [
+                            (
+                                psum,
+                                lambda co, d=first: (x if not any(co) else x * 0).to(d),
+                            ),
+                            (
+                                psum,
+                                lambda co, d=second: (x if not any(co) else x * 0).to(
+                                    d
+                                ),
+                            ),
+                            (rep, lambda co: s),
+                        ],
+                        psum,
+                        collectives=0,
+                    )
+
     def test_pending_integer_partial_is_reduced_in_its_dtype_before_the_split(
         self,
     ):
