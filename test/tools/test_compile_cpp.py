@@ -53,8 +53,10 @@ def cached_source() -> bool:
 
 
 def patch_for(root: Path, path: str) -> str:
-    (name,) = [n for n in read_series(root) if f"b/{path}" in (root / "patches" / n).read_text()]
-    return name
+    """The first patch of the series that changes ``path`` (two patches change
+    python_variable.cpp; the tests break and compile the first)."""
+    names = [n for n in read_series(root) if f"b/{path}" in (root / "patches" / n).read_text()]
+    return names[0]
 
 
 def output_of(function, *args, **kwargs) -> tuple[object, str]:
