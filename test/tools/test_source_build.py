@@ -47,9 +47,8 @@ with open({record!r}, "w") as f:
 """
 
 
-def preimage(patch: str, path: str) -> str:
-    """What a patch says ``path`` holds: its context and removed lines at their line
-    numbers, placeholder lines elsewhere. Stands in for a file the wheel does not ship."""
+def preimage_lines(patch: str, path: str) -> dict[int, str]:
+    """The context and removed lines a patch shows for ``path``, by line number."""
     section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
     lines: dict[int, str] = {}
     for hunk in re.split(r"^@@ ", section, flags=re.M)[1:]:
@@ -61,6 +60,31 @@ def preimage(patch: str, path: str) -> str:
                 number += 1
             elif line.startswith("--"):
                 break
+    return lines
+
+
+def line_shift(patch: str, path: str) -> list[tuple[int, int]]:
+    """(first new line after a hunk, lines it added net) per hunk of ``path``."""
+    section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
+    shifts = []
+    for header in re.findall(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", section, re.M):
+        old_len = int(header[1] or 1)
+        new_start, new_len = int(header[2]), int(header[3] or 1)
+        shifts.append((new_start + new_len, new_len - old_len))
+    return shifts
+
+
+def preimage(patch: str, path: str, later: tuple[str, ...] = ()) -> str:
+    """What a patch says ``path`` holds: its context and removed lines at their line
+    numbers, placeholder lines elsewhere. Stands in for a file the wheel does not ship.
+    ``later`` patches of the series that change the file too (on top of this one)
+    add their context, moved back to this file's line numbers (outside its hunks)."""
+    lines = preimage_lines(patch, path)
+    for other in later:
+        shifts = line_shift(patch, path)
+        for number, text in preimage_lines(other, path).items():
+            base = number - sum(delta for end, delta in shifts if end <= number)
+            lines.setdefault(base, text)
     return "".join(f"{lines.get(n, f'// line {n}')}\n" for n in range(1, max(lines) + 1))
 
 
@@ -75,11 +99,16 @@ def make_fake_checkout(root: Path) -> Path:
         # The wheel wraps headers in a TORCH_STABLE_ONLY guard that the source tree lacks.
         lines = [line for line in text.splitlines(True) if "TORCH_STABLE_ONLY" not in line]
         target.write_text("".join(lines))
-    for name in source_only_series(REPO, pin):
-        patch = (REPO / "patches" / name).read_text()
+    texts = [(REPO / "patches" / n).read_text() for n in source_only_series(REPO, pin)]
+    written = set()
+    for i, patch in enumerate(texts):
         for path in patch_paths(patch.encode()):
+            if path in written:  # the first patch that changes it writes it
+                continue
+            later = tuple(t for t in texts[i + 1 :] if path in patch_paths(t.encode()))
             (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_text(preimage(patch, path))
+            (root / path).write_text(preimage(patch, path, later))
+            written.add(path)
     for marker in ("torch/__init__.py", "c10/.keep", "aten/src/ATen/.keep", "CMakeLists.txt"):
         (root / marker).parent.mkdir(parents=True, exist_ok=True)
         (root / marker).touch()
@@ -176,10 +205,11 @@ class SourceBuildTest(TestCase):
         self.assertIn('"add_dict_not_contains_key_guard",', source.read_text())
         subjects = self.branch_commits()
         self.assertEqual(
-            subjects[-2:],
+            subjects[-3:],
             [
                 "[DTensor] Keep the native sharding cache out of traced regions",
                 "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTAINS_KEYS",
+                "[DTensor] Tell a Python scalar from a 0-d tensor in the native sharding cache key",
             ],
         )
         self.assertNotIn(

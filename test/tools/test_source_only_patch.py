@@ -105,7 +105,9 @@ class SourceOnlyPatchTest(TestCase):
         shutil.copytree(REPO / "patches", project / "patches")
         shutil.copytree(REPO / "test", project / "test")
         (stopgap,) = [
-            p for p in (project / "patches").glob("*.patch") if wheel_stopgap(p.read_bytes())
+            p
+            for p in (project / "patches").glob("*.patch")
+            if wheel_stopgap(p.read_bytes()) == SUBJECT
         ]
         text = stopgap.read_text().replace(f"Wheel-Stopgap: {SUBJECT}", "Wheel-Stopgap: [X] gone")
         stopgap.write_text(text)
