@@ -47,9 +47,14 @@ with open({record!r}, "w") as f:
 """
 
 
+def section_of(patch: str, path: str) -> str:
+    """The part of a patch that changes ``path``."""
+    return patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
+
+
 def preimage_lines(patch: str, path: str) -> dict[int, str]:
     """The context and removed lines a patch shows for ``path``, by line number."""
-    section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
+    section = section_of(patch, path)
     lines: dict[int, str] = {}
     for hunk in re.split(r"^@@ ", section, flags=re.M)[1:]:
         header, *body = hunk.split("\n")
@@ -65,9 +70,9 @@ def preimage_lines(patch: str, path: str) -> dict[int, str]:
 
 def line_shift(patch: str, path: str) -> list[tuple[int, int]]:
     """(first new line after a hunk, lines it added net) per hunk of ``path``."""
-    section = patch.split(f"diff --git a/{path} b/{path}\n", 1)[1].split("\ndiff --git ")[0]
     shifts = []
-    for header in re.findall(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", section, re.M):
+    hunk_header = r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@"
+    for header in re.findall(hunk_header, section_of(patch, path), re.M):
         old_len = int(header[1] or 1)
         new_start, new_len = int(header[2]), int(header[3] or 1)
         shifts.append((new_start + new_len, new_len - old_len))
@@ -78,10 +83,11 @@ def preimage(patch: str, path: str, later: tuple[str, ...] = ()) -> str:
     """What a patch says ``path`` holds: its context and removed lines at their line
     numbers, placeholder lines elsewhere. Stands in for a file the wheel does not ship.
     ``later`` patches of the series that change the file too (on top of this one)
-    add their context, moved back to this file's line numbers (outside its hunks)."""
+    add their context, moved back to this file's line numbers (outside its hunks;
+    only this patch's line shifts are undone, enough for two patches on one file)."""
     lines = preimage_lines(patch, path)
+    shifts = line_shift(patch, path)
     for other in later:
-        shifts = line_shift(patch, path)
         for number, text in preimage_lines(other, path).items():
             base = number - sum(delta for end, delta in shifts if end <= number)
             lines.setdefault(base, text)
