@@ -2,14 +2,15 @@
 """DistributedDataParallel(static_graph=True) on the stages of a pipeline of more than
 one stage is refused when the schedule initializes its stages for a backward, at
 every step, with the same error on every rank and before anything is computed or
-exchanged; a pipeline of one stage keeps it.
+exchanged; a pipeline of one stage keeps it, and so does a DDP over a one-rank group.
 
 Two ranks (world size 2, gloo), float64, two steps: (dp, pp) = (2, 1) under
-ScheduleInterleaved1F1B (four stages per rank, fused backwards) and (1, 2) under
-Schedule1F1B (one stage per rank) are refused; (2, 1) under Schedule1F1B with one
-stage gives gradients equal to a single-process reference averaged over the
-replicas. The data- and pipeline-parallel groups time out after 30 s, so a rank left
-waiting fails instead of hanging."""
+ScheduleInterleaved1F1B (four stages per rank, fused backwards) is refused; (2, 1)
+under Schedule1F1B with one stage, and (1, 2) under Schedule1F1B, ScheduleGPipe (one
+stage per rank) and ScheduleInterleaved1F1B (two stages per rank) give gradients equal
+to a single-process reference averaged over the replicas. The data- and
+pipeline-parallel groups time out after 30 s, so a rank left waiting fails instead of
+hanging."""
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ from test_schedule_ddp_metadata import N_STEPS, reference_grads
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     Schedule1F1B,
+    ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -50,7 +52,17 @@ class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
                 singles[self.rank],
                 [0, 1, 2, 3],
             ),
+            # a one-rank DDP group: kept (its all-reduces change no value)
             (Schedule1F1B, 2, (1, DP), singles[self.rank], pair, [self.rank]),
+            (ScheduleGPipe, 2, (1, DP), singles[self.rank], pair, [self.rank]),
+            (
+                ScheduleInterleaved1F1B,
+                4,
+                (1, DP),
+                singles[self.rank],
+                pair,
+                [self.rank, self.rank + DP],
+            ),
             (Schedule1F1B, 1, (DP, 1), pair, singles[self.rank], [0]),
         ):
             msg = f"{schedule_cls.__name__}, (dp, pp) = {(dp, pp)}"
@@ -75,7 +87,7 @@ class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
                     x, y = data(step, self.rank if dp > 1 else 0)
                     args = (x,) if 0 in mine else ()
                     kwargs = {"target": y} if n_stages - 1 in mine else {}
-                    if n_stages > 1:
+                    if n_stages > 1 and dp > 1:
                         pattern = refused.format(", ".join(map(str, mine)), n_stages)
                         with self.assertRaisesRegex(RuntimeError, pattern):
                             schedule.step(*args, **kwargs)
@@ -85,13 +97,16 @@ class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
                         continue
                     schedule.step(*args, **kwargs)
                     reference = reference_grads(build(n_stages), step, dp)
-                    for p, ref in zip(
-                        modules[0].parameters(), reference[0].parameters(), strict=True
-                    ):
-                        torch.testing.assert_close(
-                            p.grad, ref.grad, msg=f"{msg}, step {step}"
-                        )
-                        p.grad = None
+                    for i in mine:
+                        for p, ref in zip(
+                            modules[i].parameters(),
+                            reference[i].parameters(),
+                            strict=True,
+                        ):
+                            torch.testing.assert_close(
+                                p.grad, ref.grad, msg=f"{msg}, stage {i}, step {step}"
+                            )
+                            p.grad = None
             dist.barrier()
         dist.destroy_process_group()
 
