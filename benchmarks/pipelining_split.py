@@ -9,7 +9,9 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - flops: FLOPs of I + W / FLOPs of the fused backward (torch.utils.flop_counter)
 - held MB: tensors autograd keeps between I and W (saved tensors still alive plus the
   gradients saved for W, and the weight gradients I computed for W to accumulate), after
-  the caller drops its outputs as a pipeline stage does
+  the caller drops its outputs as a pipeline stage does; never the parameters nor the stage
+  input, which the stage holds until W either way (a saved alias of them is alive on stock
+  and not after the overlay moved a group, so counting it would favour the move)
 - peak MB in W: the most tensor bytes live at once inside stage_backward_weight (W), with
   every .grad None before W (as after zero_grad()), so W allocates the weight gradients
 - groups ms: construct_reverse_graph + get_param_groups (+ the overlay's choice of the
@@ -17,11 +19,12 @@ N times, ALBERT-style) and "shared-w" (one weight, N biases), it prints:
 - grads: whether the split's weight gradients equal the fused backward's
 and overlay/stock; 'per layer' is how the overlay's bookkeeping per layer grows from N/4 to
 N (1.0 is linear; the target is at most 2). Rows whose peak in W is above stock's are then
-split by kind (saved weights, saved activations, saved gradients, allocated in W): overlay
+split by kind (saved activations, saved gradients, allocated in W): overlay
 minus stock, each at its own peak.
 
 Two more tables. Micro-batches in flight (IN_FLIGHT): k input backwards, then their k weight
-backwards (the order zero-bubble schedules use), for Linear(H, H) applied N times to
+backwards (the order zero-bubble schedules use; the overlay is told k, as a schedule tells
+its stages), for Linear(H, H) applied N times to
 micro-batches of T rows (large weights and small micro-batches included) and for a weight
 penalty in the loss: bytes held after the k I's, the FLOP ratio (k I's + k W's) / k fused
 backwards, and whether the overlay computed the weight gradients in I. Weights shared in
@@ -102,6 +105,18 @@ def stage(depth: int, kind: str):
     return forward, params
 
 
+def in_flight_kwargs(k: int) -> dict:
+    """``in_flight=k`` for the overlay's stage_backward_input (the most micro-batches
+    between their I and W at one time, which a schedule passes); stock has no such
+    argument."""
+    import inspect
+
+    from torch.distributed.pipelining._backward import stage_backward_input
+
+    params = inspect.signature(stage_backward_input).parameters
+    return {"in_flight": k} if "in_flight" in params else {}
+
+
 def live_bytes_mode(held):
     """A TorchDispatchMode that counts the live bytes of the storages of ``held`` ((tensor,
     label) pairs that exist when it is made) and of every storage an op run under it
@@ -176,7 +191,9 @@ def weight_step_memory(forward, params, x, grad) -> dict:
 
     for p in params:
         p.grad = None
+    # neither the weights nor the stage input: the stage holds them until W either way
     weights = {p.untyped_storage()._cdata for p in params}
+    stage_input = x.untyped_storage()._cdata
     alive = []
 
     def pack(t):
@@ -188,15 +205,16 @@ def weight_step_memory(forward, params, x, grad) -> dict:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = forward(x)
-    _, groups = stage_backward_input([out], [grad], [x], iter(params))
+    _, groups = stage_backward_input([out], [grad], [x], iter(params), **in_flight_kwargs(1))
     del out  # a stage drops its outputs after I
     gc.collect()
 
     def held():  # saved tensors still alive, and the gradients saved for W
         for ref in alive:
             if (t := ref()) is not None:
-                weight = t.untyped_storage()._cdata in weights
-                yield t, "saved weights" if weight else "saved activations"
+                key = t.untyped_storage()._cdata
+                if key not in weights and key != stage_input:
+                    yield t, "saved activations"
         for group in groups:
             for saved in group["grads"]:
                 yield from ((g, "saved gradients") for g in saved or () if g is not None)
@@ -232,7 +250,7 @@ def allocator_peak_in_w(forward, params, x, grad) -> int:
     gc.collect()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = forward(x)
-        _, groups = stage_backward_input([out], [grad], [x], iter(params))
+        _, groups = stage_backward_input([out], [grad], [x], iter(params), **in_flight_kwargs(1))
         del out
         gc.collect()
         gc.disable()
@@ -260,9 +278,10 @@ def check_tracker(depth: int = TRACKER_CHECK_DEPTH) -> dict:
     """The peak inside W on a stack of ``depth`` bias-free Linear(WIDTH, WIDTH), no ReLU,
     against the bytes worked out by hand (fp32, D = WIDTH, B = BATCH, N = depth).
 
-    Held at W's start: N weights (N D^2; saved by the matmuls), x_0 .. x_{N-1} (N B D; each
-    matmul's input) and the N gradients saved for the N groups, one per layer (N B D; the
-    last is the caller's output gradient). W allocates each layer's D x D gradient (N D^2 in
+    Held at W's start: x_1 .. x_{N-1} ((N - 1) B D; each matmul's input but the stage input
+    x_0) and the N gradients saved for the N groups, one per layer (N B D; the last is the
+    caller's output gradient). The N weights the matmuls saved and x_0 are not counted: the
+    stage holds them until W either way. W allocates each layer's D x D gradient (N D^2 in
     all). A W that frees each group's graph and saved gradient after its run has freed
     x_1 .. x_{N-2} and g_1 .. g_{N-1} before the last allocation: peak = start + N D^2 -
     (2N - 3) B D. One that frees each group's saved gradient but keeps the graph (the
@@ -288,7 +307,7 @@ def check_tracker(depth: int = TRACKER_CHECK_DEPTH) -> dict:
     memory = weight_step_memory(forward, weights, *micro_batch())
     allocator = allocator_peak_in_w(forward, weights, *micro_batch())
     square, row = 4 * WIDTH * WIDTH, 4 * BATCH * WIDTH
-    hand_start = depth * square + 2 * depth * row
+    hand_start = (2 * depth - 1) * row
     return {
         "depth": depth,
         "start": memory["held"],
@@ -319,6 +338,7 @@ def measure(depth: int, kind: str, reps: int) -> dict:
     )
     forward, params = stage(depth, kind)
     grad = torch.randn(BATCH, WIDTH)
+    one = in_flight_kwargs(1)  # one micro-batch: its I, then its W
 
     def fresh_input():
         return torch.randn(BATCH, WIDTH, requires_grad=True)
@@ -335,7 +355,7 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         out = forward(x)
         start = time.perf_counter()
         with counter or contextlib.nullcontext():
-            _, groups = stage_backward_input([out], [grad], [x], iter(params))
+            _, groups = stage_backward_input([out], [grad], [x], iter(params), **one)
             stage_backward_weight(iter(params), groups)
         return time.perf_counter() - start
 
@@ -355,7 +375,7 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         else:  # the overlay computes the inputs' closure once for both
             closure, _ = reverse_closure(inputs, set(), reverse)
             groups = get_param_groups(inputs, weights, reverse, inputs_closure=closure)
-            choose_groups_for_i(groups, closure)
+            choose_groups_for_i(groups, closure, (), 1)
         return time.perf_counter() - start
 
     def median(run):
@@ -371,7 +391,7 @@ def measure(depth: int, kind: str, reps: int) -> dict:
         for p in params:
             p.grad = None
         x = x.detach().requires_grad_()
-        _, groups = stage_backward_input([forward(x)], [grad], [x], iter(params))
+        _, groups = stage_backward_input([forward(x)], [grad], [x], iter(params), **one)
         stage_backward_weight(iter(params), groups)
         return all(
             torch.allclose(p.grad, g, rtol=1e-4, atol=1e-5)
@@ -459,12 +479,14 @@ def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = forward(x)
         with FlopCounterMode(display=False) as counter:
-            _, groups = stage_backward_input(out, g, [x], iter(params))
+            _, groups = stage_backward_input(out, g, [x], iter(params), **in_flight_kwargs(k))
         split_flops += counter.get_total_flops()
         del out  # a stage drops its outputs after I
         pending.append(groups)
     gc.collect()
-    seen, weights, nbytes = set(), {p.untyped_storage()._cdata for p in params}, 0
+    # neither the weights nor the stage inputs: the stage holds them until W either way
+    seen, nbytes = set(), 0
+    weights = {t.untyped_storage()._cdata for t in [*params, *xs]}
     tensors = [t for ref in alive if (t := ref()) is not None]
     for groups in pending:
         for group in groups:
@@ -608,8 +630,8 @@ def main() -> None:
         growth = f"{per_layer / previous[kind]:10.2f}" if kind in previous else f"{'':10}"
         previous[kind] = per_layer
         print(f"{name:12} {s['time']:7.2f} | {o['time']:5.2f} | {o['time'] / s['time']:5.2f}x "
-              f"{s['flops']:6.2f} | {o['flops']:5.2f} {s['held_mb']:8.1f} | {o['held_mb']:7.1f} "
-              f"{s['peak_w_mb']:9.1f} | {o['peak_w_mb']:7.1f} | {o['peak_w_mb'] / s['peak_w_mb']:5.2f}x "
+              f"{s['flops']:6.2f} | {o['flops']:5.2f} {s['held_mb']:8.2f} | {o['held_mb']:7.2f} "
+              f"{s['peak_w_mb']:9.2f} | {o['peak_w_mb']:7.2f} | {o['peak_w_mb'] / s['peak_w_mb']:5.2f}x "
               f"{s['groups_ms']:8.2f} | {o['groups_ms']:6.2f} | {o['groups_ms'] / s['groups_ms']:5.2f}x "
               f"{growth} {verdict(s):>6} | {verdict(o)}")  # fmt: skip
     errors = {s["error"] for s in stock.values() if "error" in s}

@@ -30,19 +30,22 @@ from torch.testing._internal.common_utils import (
     run_tests,
 )
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 WIDTH, BATCH = 16, 8
 
 
-def linear_params(n_layers, seed=0):
+def linear_params(n_layers, seed=0, width=WIDTH):
     torch.manual_seed(seed)
     params = []
     for _ in range(n_layers):
         params.append(
-            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, dtype=torch.float64) / 4)
+            torch.nn.Parameter(
+                torch.randn(width, width, dtype=torch.float64) / width**0.5
+            )
         )
-        params.append(torch.nn.Parameter(torch.randn(WIDTH, dtype=torch.float64)))
+        params.append(torch.nn.Parameter(torch.randn(width, dtype=torch.float64)))
     return params
 
 
@@ -70,18 +73,26 @@ def plain_stack(x, params):
 
 class StageBackwardSplitReuseTests(TestCase):
     def run_split_and_fused(
-        self, stage, params, ref_params=None, n_microbatches=2, batch=BATCH
+        self,
+        stage,
+        params,
+        ref_params=None,
+        n_microbatches=2,
+        batch=BATCH,
+        width=WIDTH,
+        **kwargs,
     ):
         """Several micro-batches through the split and through a fused backward;
         every gradient must match. Returns the FLOPs of the last micro-batch's
-        input backward, weight backward and fused backward."""
+        input backward, weight backward and fused backward. ``kwargs`` go to
+        ``stage_backward_input``."""
         if ref_params is None:
             ref_params = clone_params(params)
         torch.manual_seed(1)
         for _ in range(n_microbatches):
-            x = torch.randn(batch, WIDTH, dtype=torch.float64, requires_grad=True)
+            x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
             ref_x = x.detach().clone().requires_grad_()
-            grads = [torch.randn(batch, WIDTH, dtype=torch.float64)]
+            grads = [torch.randn(batch, width, dtype=torch.float64)]
             outputs = stage(x, params)
             ref_outputs = stage(ref_x, ref_params)
             counters = [FlopCounterMode(display=False) for _ in range(3)]
@@ -89,7 +100,7 @@ class StageBackwardSplitReuseTests(TestCase):
                 torch.autograd.backward(ref_outputs, grads)
             with counters[1]:
                 dinputs, param_groups = stage_backward_input(
-                    outputs, grads, [x], iter(params)
+                    outputs, grads, [x], iter(params), **kwargs
                 )
             del outputs  # as a stage does after the input backward
             with counters[2]:
@@ -214,7 +225,7 @@ class StageBackwardSplitReuseTests(TestCase):
         with self.assertRaisesRegex(RuntimeError, "already used"):
             stage_backward_weight(iter(params), param_groups)
 
-    def held_bytes(self, stage, params, batch, keep_graph=False, **kwargs):
+    def held_bytes(self, stage, params, batch, keep_graph=False, width=WIDTH, **kwargs):
         """Bytes held between the input and the weight backward, per storage: the
         saved tensors still alive (a pack hook keeps a weak reference to each),
         the gradients saved for W and the weight gradients I computed, without
@@ -222,7 +233,7 @@ class StageBackwardSplitReuseTests(TestCase):
         ``keep_graph``, the split keeps every group in W. Also returns whether
         the group moved; runs W afterwards."""
         torch.manual_seed(1)
-        x = torch.randn(batch, WIDTH, dtype=torch.float64, requires_grad=True)
+        x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
         alive = []
 
         def pack(t):
@@ -232,7 +243,7 @@ class StageBackwardSplitReuseTests(TestCase):
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             outputs = stage(x, params)
-        grads = [torch.randn(batch, WIDTH, dtype=torch.float64)]
+        grads = [torch.randn(batch, width, dtype=torch.float64)]
         with contextlib.ExitStack() as stack:
             if keep_graph:
                 stack.enter_context(
@@ -297,6 +308,59 @@ class StageBackwardSplitReuseTests(TestCase):
         self.assertEqual(held, 272 * 8 if moves else stock)
         self.assertLessEqual(held, stock)
 
+    @parametrize("in_flight, moves", [(None, False), (1, True), (3, True), (4, False)])
+    def test_in_flight_rule_shared_4(self, in_flight, moves):
+        """The benchmark's "shared 4" row: Linear(256, 256) + ReLU applied 4
+        times to 32 rows. Moving holds the weight and bias gradients (65,792
+        elements) where the weight backward would hold 4 saved gradients and
+        the 3 ReLU results between the uses (57,344): 8,448 elements more per
+        micro-batch in flight. That moves when ``in_flight`` times that is at
+        most the saved gradients (32,768 elements: what W no longer allocates
+        re-running the chain): up to 3 in flight. Unknown (``None``): nothing
+        may grow, it stays. Gradients equal a fused float64 backward's either
+        way."""
+        width, batch = 256, 32
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            reused_layer(4),
+            linear_params(1, width=width),
+            batch=batch,
+            width=width,
+            in_flight=in_flight,
+        )
+        self.assertEqual(self.moved, [moves])
+        if moves:
+            self.assertEqual(i_flops + w_flops, fused)
+        else:
+            self.assertEqual(i_flops + w_flops, 1.375 * fused)
+        held, moved = self.held_bytes(
+            reused_layer(4),
+            linear_params(1, width=width),
+            batch,
+            width=width,
+            in_flight=in_flight,
+        )
+        self.assertEqual(moved, [moves])
+        self.assertEqual(held, (65_792 if moves else 57_344) * 8)
+
+    @parametrize("in_flight", [1, 4])
+    def test_in_flight_rule_bounds_held_memory(self, in_flight):
+        """Linear(2048, 2048) + ReLU applied 4 times to 8 rows: moving would
+        hold 4,196,352 gradient elements per micro-batch where the weight
+        backward holds 57,344 (32 MB instead of 0.4 MB in float64; 64 MB
+        instead of 2 MB with 4 in flight in float32). It stays in W at any
+        ``in_flight``, with its extra FLOPs."""
+        width, batch = 2048, 8
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            reused_layer(4),
+            linear_params(1, width=width),
+            batch=batch,
+            width=width,
+            n_microbatches=1,
+            in_flight=in_flight,
+        )
+        self.assertEqual(self.moved, [False])
+        self.assertEqual(i_flops, fused // 2)
+
     def test_activations_kept_by_another_group_are_not_counted(self):
         """A layer after the reused one: its weight backward starts above the
         reused layer's chain and keeps all of it alive, so moving the reused
@@ -356,12 +420,12 @@ class StageBackwardSplitReuseTests(TestCase):
         stage_backward_weight(iter(params), param_groups)
 
     def test_last_stage_passes_the_outputs_it_keeps(self):
-        """The last stage of a schedule keeps its outputs until W (it returns
-        them), so the reused layer's graph stays alive and moving would add the
-        weight gradients to it: 4 uses of 3 rows keep the old path there, while
-        the same stage called with its outputs dropped moves
-        (test_memory_rule). ZBV with both stages on one rank (fake process
-        group); gradients equal a fused backward's."""
+        """The last stage of a schedule passes the outputs it keeps until W (it
+        returns them: nothing they reach is counted as freed) and the most
+        micro-batches it has between I and W, from the schedule's actions: 1
+        for ZBV with both stages on one rank (fake process group). 4 uses of 3
+        rows then move: 80 elements more per micro-batch than the 192 of saved
+        gradients, once in flight. Gradients equal a fused backward's."""
 
         class Reused(torch.nn.Module):
             def __init__(self):
@@ -375,11 +439,13 @@ class StageBackwardSplitReuseTests(TestCase):
             def forward(self, x):
                 return plain_stack(x, (self.w, self.b))[0]
 
-        moved = []
+        moved, in_flight, kept = [], [], []
 
         def record(*args, **kwargs):
             result = stage_backward_input(*args, **kwargs)
             moved.extend("param_grads" in g for g in result[1])
+            in_flight.append(kwargs["in_flight"])
+            kept.append(kwargs["retained_outputs"])
             return result
 
         dist.init_process_group("fake", rank=0, world_size=1, store=FakeStore())
@@ -403,7 +469,11 @@ class StageBackwardSplitReuseTests(TestCase):
                 schedule.step(x, target=target)
         finally:
             dist.destroy_process_group()
-        self.assertEqual(moved, [False, False])  # one group, two micro-batches
+        self.assertEqual(moved, [True, True])  # one group, two micro-batches
+        self.assertEqual(in_flight, [1, 1])
+        self.assertEqual(
+            [[t.shape for t in tree_leaves(k)] for k in kept], [[(3, WIDTH)]] * 2
+        )
         loss_fn(refs[1](refs[0](x)), target).backward()
         for mod, ref in zip(mods, refs, strict=True):
             for p, r in zip(mod.parameters(), ref.parameters(), strict=True):
