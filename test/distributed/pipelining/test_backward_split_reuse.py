@@ -4,8 +4,9 @@ stage_backward_weight) on a layer applied several times in one stage: the weight
 backward must not re-run the dX chain between the layer's uses, so input plus
 weight backward cost what a fused backward costs, with the same gradients.
 Ordinary layers keep their weight-gradient work in the weight backward, and so
-does a reused layer whose weight gradient would take more memory than the
-gradients the weight backward would otherwise keep."""
+does a reused layer whose weight gradient would take more memory than what the
+weight backward would otherwise keep, by more than its saved gradients over the
+micro-batches in flight (``in_flight``, which a schedule sets on its stages)."""
 
 import contextlib
 import copy
