@@ -101,6 +101,22 @@ def cases(mesh):
 
         return setup
 
+    def int_op(placement, dtype, fn):
+        # fn(x), x an integer DTensor (a float Python scalar promotes it to the
+        # default dtype, a float64 0-d tensor to float64)
+        def setup():
+            rows = 8 // WORLD_SIZE if isinstance(placement, Shard) else 8
+            x = DTensor.from_local(
+                (torch.rand(rows, 8) * 10).to(dtype), mesh, [placement], run_check=False
+            )
+            return lambda: fn(x)
+
+        return setup
+
+    def add_new_scalar(placement):
+        x, counter = dtensor(placement), iter(range(1 << 62))
+        return lambda: x + (next(counter) * 0.5 + 0.25)
+
     def fill_new_scalar():
         x, counter = dtensor(Shard(0)), iter(range(1 << 62))
         return lambda: x.fill_(next(counter) * 0.5)
@@ -201,6 +217,11 @@ def cases(mesh):
         ("x * 0.5 S(0), Python scalar", op(S, lambda x: x * 0.5)),
         ("x + 1 S(0), Python scalar", op(S, lambda x: x + 1)),
         ("x + 1 P(sum), Python scalar", op(P, lambda x: x + 1)),
+        ("x + 1 P(avg), Python scalar", op(Partial("avg"), lambda x: x + 1)),
+        ("x + 1.0 P(max), Python scalar", op(Partial("max"), lambda x: x + 1.0)),
+        ("x + s P(sum), new scalar each call", lambda: add_new_scalar(P)),
+        ("int64 x * 2.5 S(0), Python scalar", int_op(S, i64, lambda x: x * 2.5)),
+        ("int32 x * 0.5 R, Python scalar", int_op(R, i32, lambda x: x * 0.5)),
         ("x * float64 0-d tensor S(0)", scalar_tensor(S, f64)),
         ("x * float32 0-d tensor S(0)", scalar_tensor(S, f32)),
         ("x + int64 0-d tensor P(sum)", scalar_tensor(P, i64, torch.add)),

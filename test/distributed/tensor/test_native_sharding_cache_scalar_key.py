@@ -18,8 +18,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Shard
-from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor.debug import (
+    _clear_sharding_prop_cache,
+    _get_python_sharding_prop_cache_info,
+)
 from torch.testing._internal.common_utils import run_tests, TestCase
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -130,6 +133,61 @@ class NativeShardingCacheScalarKeyTest(TestCase):
                     self.assertEqual(result.dtype, plain.dtype, msg=name)
                     self.assertEqual(result._spec.tensor_meta.dtype, plain.dtype)
                     self.assertEqual(self.full(result), plain, msg=name)
+
+    def test_replicate_zero_dim_dtensor_and_scalar_keep_their_own_plans(self):
+        # A Replicate 0-d DTensor of a wrapped number's dtype has the native key
+        # of the Python scalar too: on a Partial(sum) x, x + d (split d) then
+        # x + 3 read x + 6 on 2 ranks; the float64 form handed its dtype on.
+        cases = [
+            ("add", Partial("sum"), torch.float32, 3, torch.int64),
+            ("sub", Partial("sum"), torch.float32, 3, torch.int64),
+            ("add", Partial("avg"), torch.float32, 2.5, torch.float64),
+            ("mul", Shard(0), torch.int64, 2.5, torch.float64),
+            ("add", Partial("sum"), torch.bool, True, torch.bool),
+        ]
+        fns = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}
+        for op, placement, dtype, scalar, scalar_dtype in cases:
+            for order in (("dtensor", "scalar"), ("scalar", "dtensor")):
+                with self.subTest(op=op, placement=placement, dtype=dtype, order=order):
+                    _clear_sharding_prop_cache()
+                    for name in order:
+                        x = self.dtensor(
+                            placement,
+                            lambda r: (torch.tensor([1.0, 2.0]) * (r + 1)).to(dtype),
+                        )
+                        d = self.dtensor(
+                            Replicate(),
+                            lambda r: torch.tensor(scalar, dtype=scalar_dtype),
+                        )
+                        s = scalar if name == "scalar" else d
+                        plain = fns[op](
+                            self.full(x),
+                            scalar if name == "scalar" else self.full(d),
+                        )
+                        with self.mode:
+                            result = fns[op](x, s)
+                        self.assertEqual(result.dtype, plain.dtype, msg=name)
+                        self.assertEqual(self.full(result), plain, msg=name)
+                        if name == "scalar" and placement == Partial("sum"):
+                            # A Python scalar reduces x first: x + 3 is not split.
+                            self.assertEqual(result.placements, (Replicate(),))
+
+    def test_new_scalar_values_add_no_sharding_cache_entries(self):
+        # x + s on a Partial(sum) x plans for a scalar (reduce x first), which
+        # a 0-d tensor's key entry must not take: each call is finished
+        # outside the native cache, and the sharding caches must not keep an
+        # entry per value of s.
+        x = self.dtensor(Partial("sum"), lambda r: torch.tensor([1.0, 2.0]) * (r + 1))
+        with self.mode:
+            x + 0.5
+        size = _get_python_sharding_prop_cache_info().currsize
+        for i in range(20):
+            s = 0.25 * i + 1.0
+            with self.mode:
+                result = x + s
+            self.assertEqual(self.full(result), self.full(x) + s)
+            self.assertEqual(result.placements, (Replicate(),))
+        self.assertEqual(_get_python_sharding_prop_cache_info().currsize, size)
 
     def test_repeated_scalar_op_hits_the_native_cache(self):
         # A scalar whose plan a 0-d tensor shares keeps its native entry.
