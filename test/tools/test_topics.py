@@ -84,7 +84,7 @@ class TopicsTest(TestCase):
 patches/topics.json: topic name 'Bad Name' should be lower-case-with-dashes
 patches/topics.json: 'late' depends on 'later', declared after it
 patches/topics.json: 'dynamo' is needed by more than one topic; ghstack submits a dependent topic together with the one it needs, so chain them instead
-PATCH: no 'Topic: <name>' line (topics: autograd, dtensor-partial, pipelining, dtensor-compile, dynamo, aot-autograd, strategy-validator, Bad Name, late, later)
+PATCH: no 'Topic: <name>' line (topics: autograd, dtensor-partial, pipelining, dtensor-compile, dynamo, aot-autograd, strategy-validator, local-tensor, Bad Name, late, later)
 patches/topics.json: topic 'Bad Name' has no patch
 patches/topics.json: topic 'late' has no patch
 patches/topics.json: topic 'later' has no patch""",

@@ -15,7 +15,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, distribute_tensor, Partial, Replicate
+from torch.distributed.tensor import (
+    DTensor,
+    distribute_tensor,
+    Partial,
+    Replicate,
+    Shard,
+)
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor.debug import CommDebugMode
@@ -330,6 +336,56 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                         psum,
                         collectives=0,
                     )
+
+    def test_split_without_a_pending_partial_takes_a_float_operands_plan(self):
+        # An integer operand converted for alpha=-inf whose other mesh dims
+        # carry no pending Partial is converted first and redistributed once,
+        # like a floating operand: the same collectives and values as the
+        # operand converted into float32 by the caller (a Shard -> Partial("sum")
+        # split zero-fills, so those rows read nan either way). Before, it went
+        # through the target with the split mesh dims left as they were: one
+        # collective more for a Shard source.
+        inf = float("inf")
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        try:
+            mesh = init_device_mesh("cpu", (2, 2))
+            full = torch.arange(16, dtype=torch.int32).reshape(4, 4) - 5
+            cases = [
+                ((Shard(0), Shard(1)), (Partial("sum"), Shard(0)), 1),
+                ((Shard(1), Shard(0)), (Partial("sum"), Shard(1)), 1),
+                ((Shard(0), Replicate()), (Partial("sum"), Shard(0)), 0),
+                ((Replicate(), Shard(1)), (Partial("sum"), Shard(0)), 1),
+            ]
+            for src, dst, collectives in cases:
+                with self.subTest(src=src, dst=dst):
+                    with LocalTensorMode(frozenset(range(4))):
+                        x = distribute_tensor(
+                            torch.full((4, 4), 1.5), mesh, [Replicate()] * 2
+                        )
+                        got = {}
+                        for dtype in (torch.int32, torch.float32):
+                            c = distribute_tensor(full, mesh, src).to(dtype)
+                            o = distribute_tensor(torch.zeros(4, 4), mesh, dst)
+                            comm_mode = CommDebugMode()
+                            with comm_mode:
+                                torch.add(x, c, alpha=-inf, out=o)
+                            self.assertEqual(o.placements, dst)
+                            got[dtype] = (
+                                o.full_tensor()._local_tensors[0],
+                                comm_mode.get_total_counts(),
+                            )
+                    self.assertEqual(got[torch.int32][1], collectives)
+                    self.assertEqual(
+                        got[torch.int32], got[torch.float32], equal_nan=True
+                    )
+                    if src[0] == Replicate():
+                        self.assertEqual(
+                            got[torch.int32][0],
+                            torch.add(torch.full((4, 4), 1.5), full, alpha=-inf),
+                            equal_nan=True,
+                        )
+        finally:
+            dist.destroy_process_group()
 
     def test_pending_integer_partial_is_reduced_in_its_dtype_before_the_split(
         self,
