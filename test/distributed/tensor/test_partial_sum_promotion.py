@@ -19,7 +19,13 @@ import torch
 import torch.distributed.tensor._sharding_prop as sharding_prop
 from torch.distributed.device_mesh import DeviceMesh
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import (
+    distribute_tensor,
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+)
 from torch.distributed.tensor._ops.single_dim_strategy import (
     _PreparedSingleDimStrategy,
 )
@@ -867,6 +873,24 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             self._run_out(torch.mul, [self._dtensor(mesh, x), inf], out), 1
         )
         self.assertEqual(out.full_tensor(), torch.mul(reduced_value(x), inf))
+        # Nor from a Shard operand where another operand is split: zero-padded
+        # into a Partial("sum"), the shard sits on one rank and the split
+        # Replicate value on another, whose int64 sum would wrap once, not
+        # per rank. mul's [P(sum), P(sum), R] splits nothing else: it runs.
+        a = torch.tensor([2**62 + 1, 5, 2**62 + 3, 7])
+        b = torch.tensor([2**62, 1, 2**62, 1])
+        shard = distribute_tensor(a, mesh, [Shard(0)])
+        rep = distribute_tensor(b, mesh, [Replicate()])
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.add(shard, rep, out=out)
+        out = distribute_tensor(torch.zeros(4), mesh, [Replicate()])
+        torch.add(shard, rep, out=out)
+        self.assertEqual(out.full_tensor(), (a + b).to(f32))
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        torch.mul(shard, rep, out=out)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(out.full_tensor(), (a * b).to(f32))
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
