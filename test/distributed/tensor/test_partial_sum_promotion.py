@@ -891,6 +891,11 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         torch.mul(shard, rep, out=out)
         self.assertEqual(out.placements, (Partial(),))
         self.assertEqual(out.full_tensor(), (a * b).to(f32))
+        # A Shard operand with a Python scalar: zero-padded into the out's
+        # Partial, its zeros would meet inf (0 * inf is nan): it raises.
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.mul(shard, inf, out=out)
 
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
