@@ -19,7 +19,13 @@ import torch
 import torch.distributed.tensor._sharding_prop as sharding_prop
 from torch.distributed.device_mesh import DeviceMesh
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import (
+    distribute_tensor,
+    DTensor,
+    Partial,
+    Replicate,
+    Shard,
+)
 from torch.distributed.tensor._ops.single_dim_strategy import (
     _PreparedSingleDimStrategy,
 )
@@ -808,6 +814,89 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
         self.assertEqual(out.placements, (Partial(),))
         self.assertEqual(out.full_tensor(), truth)
 
+    def test_an_out_from_replicate_integer_operands(self):
+        # A Partial("sum") out of mul/div from Replicate integer or bool
+        # operands: the operand is split into the out's Partial("sum"), with
+        # a Python scalar as the other operand (one tensor input) and in an
+        # integer computation cast into a float out (int32 * int64 into
+        # float32: the whole product on one rank, 0 on the others). Both ran
+        # with no collective without the promotion check and raised "no
+        # valid sharding strategy" with it.
+        mesh = self.build_device_mesh()
+        inf = float("inf")
+        zeros = [0.0, 0.0]
+        cases = [
+            ("int32 R * inf", torch.mul, R(i32, [3, -3]), inf),
+            ("int8 R * 2.5", torch.mul, R(i8, [100, -3]), 2.5),
+            ("bool R * inf", torch.mul, R(B, [True, False]), inf),
+            ("int32 R / 2", torch.div, R(i32, [3, -3]), 2),
+            ("int32 R / 0", torch.div, R(i32, [3, 0]), 0),
+            ("uint8 R / 0.0", torch.div, R(u8, [3, 0]), 0.0),
+            ("int32 R * int64 R", torch.mul, R(i32, [3, -3]), R(i64, [2**40, -1])),
+            ("bool R * int64 R", torch.mul, R(B, [True, False]), R(i64, [2**40, -1])),
+            # int64 wraps (2**40 * 2**40 is 0), as the op on plain tensors
+            ("int64 R * int64 R", torch.mul, R(i64, [2**40, 3]), R(i64, [2**40, -1])),
+        ]
+        for name, fn, x, other in cases:
+            with self.subTest(name):
+                plain = [reduced_value(x), other]
+                if isinstance(other, tuple):
+                    plain[1] = reduced_value(other)
+                truth = fn(*plain).to(f32)
+                out = self._dtensor(mesh, P(f32, zeros, zeros))
+                operands = [
+                    self._dtensor(mesh, x),
+                    self._dtensor(mesh, other) if isinstance(other, tuple) else other,
+                ]
+                self.assertEqual(self._run_out(fn, operands, out), 0)
+                self.assertEqual(out.placements, (Partial(),))
+                self.assertEqual(out.full_tensor(), truth, equal_nan=True)
+        # The same calls with a Partial("sum") operand cannot keep it: its
+        # pending sum wraps in its own dtype (int64 2**62 + 1 on each rank),
+        # so per-rank results cast into float32 are not the op on it. It is
+        # reduced (one all-reduce) and the Replicate operand split into the
+        # out's Partial("sum"); with a Python scalar nothing can carry that
+        # Partial, and the call raises.
+        x = P(i64, [2**62 + 1], [2**62 + 1])
+        truth = torch.mul(reduced_value(x), reduced_value(R(i64, [3]))).to(f32)
+        out = self._dtensor(mesh, P(f32, [0.0], [0.0]))
+        operands = [self._dtensor(mesh, x), self._dtensor(mesh, R(i64, [3]))]
+        self.assertEqual(self._run_out(torch.mul, operands, out), 1)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(out.full_tensor(), truth)
+        x = P(i32, [2**31 - 5], [2**31 - 5])
+        out = self._dtensor(mesh, P(f32, [0.0], [0.0]))
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.mul(self._dtensor(mesh, x), inf, out=out)
+        out = self._dtensor(mesh, R(f32, [0.0]))
+        self.assertEqual(
+            self._run_out(torch.mul, [self._dtensor(mesh, x), inf], out), 1
+        )
+        self.assertEqual(out.full_tensor(), torch.mul(reduced_value(x), inf))
+        # Nor from a Shard operand where another operand is split: zero-padded
+        # into a Partial("sum"), the shard sits on one rank and the split
+        # Replicate value on another, whose int64 sum would wrap once, not
+        # per rank. mul's [P(sum), P(sum), R] splits nothing else: it runs.
+        a = torch.tensor([2**62 + 1, 5, 2**62 + 3, 7])
+        b = torch.tensor([2**62, 1, 2**62, 1])
+        shard = distribute_tensor(a, mesh, [Shard(0)])
+        rep = distribute_tensor(b, mesh, [Replicate()])
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.add(shard, rep, out=out)
+        out = distribute_tensor(torch.zeros(4), mesh, [Replicate()])
+        torch.add(shard, rep, out=out)
+        self.assertEqual(out.full_tensor(), (a + b).to(f32))
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        torch.mul(shard, rep, out=out)
+        self.assertEqual(out.placements, (Partial(),))
+        self.assertEqual(out.full_tensor(), (a * b).to(f32))
+        # A Shard operand with a Python scalar: zero-padded into the out's
+        # Partial, its zeros would meet inf (0 * inf is nan): it raises.
+        out = distribute_tensor(torch.zeros(4), mesh, [Partial()])
+        with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+            torch.mul(shard, inf, out=out)
+
     def test_cached_plans_tell_the_accumulation_dtype_apart(self):
         # The dtype kwarg is part of the sharding cache key (the PR before this
         # one): a sum() plan kept for int64 must not serve sum(dtype=float32),
@@ -829,6 +918,60 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                 Replicate(),
                 1,
             )
+
+
+class RulesForAnOperandOfAnotherDtypeTest(TestCase):
+    """The rules read without placements (upstream's strategy validator queries
+    them so) name a Partial at an operand whose dtype the op converts only
+    where something else can carry that Partial: another operand whose dtype
+    keeps it, or an out=. bool_partial / bool_replicate (true division in
+    float32) must reduce the bool operand, and the runtime does; the rule
+    [P(sum), P(sum), R] was still returned, and the validator reported it as
+    a wrong rule of div, true_divide and special.xlog1py."""
+
+    def _partial_at(self, op, args, kwargs=None):
+        from torch.distributed.tensor._ops.strategy_validation import (
+            query_single_dim_strategy,
+        )
+
+        rules = query_single_dim_strategy(op, args, kwargs or {})
+        return {
+            (i, p.reduce_op)
+            for rule in rules
+            for i, p in enumerate(rule[1 : 1 + len(args)])
+            if isinstance(p, Partial)
+        }
+
+    def test_no_partial_at_a_converted_operand_without_a_carrier(self):
+        aten = torch.ops.aten
+        for shape in [(), (3,)]:
+            b = torch.ones(shape, dtype=B)
+            n = torch.ones(shape, dtype=i64)
+            for op, args in [
+                (aten.div.Tensor, (b, b)),
+                (aten.div.Tensor, (n, n)),
+                (aten.special_xlog1py.default, (b, b)),
+                (aten.mul.Tensor, (b, torch.ones(shape))),
+                (aten.div.Tensor, (n, 2.5)),
+            ]:
+                with self.subTest(op=str(op), shape=shape, dtype=str(args[0].dtype)):
+                    self.assertNotIn((0, "sum"), self._partial_at(op, args))
+                    self.assertNotIn((0, "avg"), self._partial_at(op, args))
+
+    def test_a_carrier_keeps_the_rule(self):
+        aten = torch.ops.aten
+        f = torch.ones(3)
+        n = torch.ones(3, dtype=i64)
+        # another operand whose dtype keeps the Partial
+        self.assertIn((1, "sum"), self._partial_at(aten.add.Tensor, (f, n)))
+        # an out=
+        for op, args, out in [
+            (aten.div.out, (n, 2), f),
+            (aten.mul.out, (n, 2.5), f),
+            (aten.mul.out, (n.int(), n), f),
+        ]:
+            with self.subTest(op=str(op)):
+                self.assertIn((0, "sum"), self._partial_at(op, args, {"out": out}))
 
 
 class MaxMinFitRulesTest(TestCase):
