@@ -618,7 +618,9 @@ class StageBackwardSplitRandomProgramTests(TestCase):
         I, I, W, W: every input and weight gradient equals a fused float64
         backward's, nothing raises, and the input plus weight backwards cost no
         more FLOPs than the fused backwards. ``in_flight=None`` is the default
-        call."""
+        call. With 3 rows a reused weight's gradients fit in its saved gradients,
+        so every group whose weight backward would re-run a chain moves, whatever
+        ``in_flight`` (at 1 row the memory rule keeps some in W, as designed)."""
         kwargs = {} if in_flight is None else {"in_flight": in_flight}
         rng = random.Random(RANDOM_SEED)
         failures = []
