@@ -251,9 +251,12 @@ def install_stand_in() -> None:
         raise SystemExit("this torch has add_dict_not_contains_key_guard: no stand-in needed")
     # The same stand-in the guard-count test uses (the binding's behaviour with a LAMBDA
     # leaf), so that the benchmark times what the test counts.
-    path = (
-        Path(__file__).resolve().parents[1] / "test" / "dynamo" / "test_module_dict_guard_count.py"
-    )
+    test_dir = Path(__file__).resolve().parents[1] / "test" / "dynamo"
+    path = test_dir / "test_module_dict_guard_count.py"
+    # The test imports its sibling test_modules_dict_shadow.py by name, as test/dynamo
+    # files do when run from their directory.
+    if str(test_dir) not in sys.path:
+        sys.path.insert(0, str(test_dir))
     spec = importlib.util.spec_from_file_location("module_dict_guard_count", path)
     test = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(test)

@@ -339,6 +339,64 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
             self.assertNotIn("weight", mod.__dict__)
         self.assertEqual(cnt.frame_count, 1)
 
+    def test_instance_dict_key_written_then_deleted_both_start_states(self):
+        """A frame writes a key into __dict__ and then deletes it, without testing
+        whether the key was there. Its replayed delete must not need the key: the
+        recompile for a start state that has the key (the shadow guard) must not
+        raise KeyError on a later call that lacks it, and the reverse."""
+
+        class Obj:
+            def __init__(self):
+                self.inner_scale = 3.0
+
+            def __getattr__(self, name):
+                if name == "scale":
+                    return self.inner_scale
+                raise AttributeError(name)
+
+        def fn(x, o):
+            o.scale = 7.0
+            a = o.scale
+            del o.scale
+            return x * a + o.scale
+
+        class Mod(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(1))
+
+            def forward(self, x):
+                self.__dict__["weight"] = self._parameters["weight"] * 7
+                y = x * self.weight
+                del self.__dict__["weight"]
+                return y + x * self.weight
+
+        def run(make, key, shadow, pattern, compiled):
+            torch._dynamo.reset()
+            obj = make()
+            if isinstance(obj, torch.nn.Module):
+                f = torch.compile(obj, backend="eager") if compiled else obj
+                call = lambda: f(torch.ones(1))  # noqa: E731
+            else:
+                f = torch.compile(fn, backend="eager") if compiled else fn
+                call = lambda: f(torch.ones(1), obj)  # noqa: E731
+            outs = []
+            for present in pattern:
+                if present:
+                    obj.__dict__[key] = shadow
+                else:
+                    obj.__dict__.pop(key, None)
+                outs.append(call())
+                outs.append(key in obj.__dict__)
+            return outs
+
+        cases = [(Obj, "scale", 10.0), (Mod, "weight", torch.full((1,), 5.0))]
+        for make, key, shadow in cases:
+            for pattern in ((0, 1, 0, 1), (1, 0, 1, 0)):
+                with self.subTest(cls=make.__name__, pattern=pattern):
+                    expected = run(make, key, shadow, pattern, False)
+                    self.assertEqual(run(make, key, shadow, pattern, True), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
