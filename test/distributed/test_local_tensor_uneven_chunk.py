@@ -11,6 +11,8 @@ attribute 'requires_grad'), e.g. in the padded reduce-scatter of an uneven
 nested shard.
 """
 
+import itertools
+
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
@@ -29,17 +31,27 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 class LocalTensorUnevenChunkTest(TestCase):
     def test_chunk_pads_the_ranks_with_fewer_chunks(self):
-        locals_ = {
-            0: torch.arange(10.0).reshape(5, 2),
-            1: torch.arange(5.0).reshape(5, 1),
+        # The second set differs in the other dim too: each rank's padding
+        # takes its own tensor's shape (5x0 and 4x0), not the first rank's.
+        local_sets = {
+            "same_rows": {
+                0: torch.arange(10.0).reshape(5, 2),
+                1: torch.arange(5.0).reshape(5, 1),
+            },
+            "other_rows": {
+                0: torch.arange(10.0).reshape(5, 2),
+                1: torch.arange(4.0).reshape(4, 1),
+            },
         }
         contexts = {
             "inference_mode": torch.inference_mode,
             "below_autograd": torch._C._AutoDispatchBelowAutograd,
             "enable_grad": torch.enable_grad,
         }
-        for name, ctx in contexts.items():
-            with self.subTest(context=name):
+        for (set_name, locals_), (name, ctx) in itertools.product(
+            local_sets.items(), contexts.items()
+        ):
+            with self.subTest(locals=set_name, context=name):
                 with LocalTensorMode(frozenset(locals_)), ctx():
                     chunks = torch.chunk(LocalTensor(locals_), 2, dim=1)
                 self.assertEqual(len(chunks), 2)
