@@ -173,8 +173,11 @@ def sweep_variants(
             items = list(ops)
         else:
             items = [f"{d}/{op}" for op in ops for d in dtypes]
-        for start in range(0, len(items), batch_size):
-            tasks.append((variant, env, items[start : start + batch_size]))
+        for n, start in enumerate(range(0, len(items), batch_size)):
+            tasks.append((n, variant, env, items[start : start + batch_size]))
+    # stock's and the overlay's batches in turn, so a stopped run has both sides of the
+    # ops it reached
+    tasks = [task[1:] for task in sorted(tasks, key=lambda task: task[0])]
     results: dict[str, dict[str, dict[str, dict]]] = {v: {d: {} for d in dtypes} for v in variants}
     cpu = cpu if cpu is not None else {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -309,11 +312,15 @@ RERUN = {None, "crash", "timeout", "error"}  # a kept result with these is run a
 
 
 def stock_key() -> str:
-    """What stock's results depend on: the installed torch and this worker's code. A
-    report made with the same key keeps its stock results under ``--resume``."""
+    """What stock's results depend on: the installed torch and the worker's code
+    (``validate``, ``worker`` and their helpers). A report made with the same key keeps
+    its stock results under ``--resume``."""
+    import inspect
+
     torch = installed_torch()
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return f"{torch.version} {torch.git_version[:12]} sweep.py {code}"
+    source = "".join(inspect.getsource(f) for f in (validate, worker, _RuleSets, rule_key, example))
+    code = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{torch.version} {torch.git_version[:12]} worker {code}"
 
 
 def sweep(
