@@ -522,8 +522,15 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
         s, o = report["summary"]["stock"], report["summary"]["overlay"]
         cpu = report.get("cpu_s", {})
         for dtype in report["settings"]["dtypes"]:
+            ran = [len(report["results"][v].get(dtype, {})) for v in VARIANTS]
+            partial = (
+                ""
+                if report.get("complete", True)
+                else f" (stopped: {ran[0]} / {ran[1]} of {len(report['ops'])} ops run)"
+            )
             lines.append(
-                f"| {config} | {dtype} | {s[dtype]['validated']} / {o[dtype]['validated']} "
+                f"| {config} | {dtype}{partial} "
+                f"| {s[dtype]['validated']} / {o[dtype]['validated']} "
                 f"| {s[dtype]['incorrect_rules']} / {o[dtype]['incorrect_rules']} "
                 f"| {', '.join(o[dtype]['ops_with_incorrect']) or '-'} "
                 f"| {len(s[dtype]['failed'])} / {len(o[dtype]['failed'])} "
