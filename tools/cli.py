@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--ops", help="comma-separated OpInfo names (default: every registered op)")
     sweep.add_argument("--max-samples", type=int, default=6, help="samples per OpInfo")
     sweep.add_argument("--world-size", type=int, default=2, help="simulated ranks")
-    sweep.add_argument("--batch-size", type=int, default=40, help="ops per worker process")
+    sweep.add_argument("--batch-size", type=int, default=200,
+                       help="(dtype, op) pairs per worker process (every dtype in one process)")  # fmt: skip
     sweep.add_argument("--op-timeout", type=float, default=300, help="seconds per op")
     sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     sweep.add_argument("--out", type=Path, help="report directory (default: REPO/reports)")
@@ -238,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated configurations (1d-2, 1d-3, 1d-2-noncontiguous, "
                        "or 'all'), each sampled; writes sweep-<config>.md and sweep.md")  # fmt: skip
     sweep.add_argument("--resume", action="store_true",
-                       help="with --configs: keep a configuration's report made with the same "
-                       "overlay files and settings")  # fmt: skip
+                       help="keep, per (dtype, op), the results of the earlier report of the "
+                       "same settings: stock's if stock torch and the worker are the same, the "
+                       "overlay's if the overlay files are; run the rest")  # fmt: skip
     sweep.add_argument("--mutations", action="store_true",
                        help="the corpus of wrong rules (tools/strategy_mutations.json): kill "
                        "rate per family, stock vs overlay; --dtypes/--ops narrow it")  # fmt: skip
@@ -419,7 +421,7 @@ def dispatch(repo: Path, args: argparse.Namespace) -> int:
             repo, args.out or repo / "reports", dtypes=args.dtypes.split(","),
             only=args.ops.split(",") if args.ops else (), max_samples=args.max_samples,
             world_size=args.world_size, batch_size=args.batch_size,
-            op_timeout=args.op_timeout, jobs=args.jobs,
+            op_timeout=args.op_timeout, jobs=args.jobs, resume=args.resume,
         )  # fmt: skip
     elif args.verb == "compile-cpp":
         from tools import compile_cpp

@@ -108,6 +108,9 @@ def _parse(s: str) -> tuple[str, Any]:
         return ("P", s[2:-1])
     if s.startswith("_NormP("):
         return ("N", float(s[7:-1]))
+    if s.startswith("_S("):  # _StridedShard(dim, split_factor), as DTensor prints it
+        dim, factor = s[3:-1].split(",")
+        return ("SS", (int(dim), int(factor)))
     return ("?", s)
 
 
@@ -280,6 +283,10 @@ def _split(x, placement: str, world_size: int, gen, far: bool = False):
         return [x.clone() for _ in range(world_size)]
     if kind == "S":
         return [c.clone() for c in x.tensor_split(world_size, dim=arg)]
+    if kind == "SS":  # split_factor chunks, each sharded; a rank holds its shard of each
+        dim, factor = arg
+        chunks = [c.tensor_split(world_size, dim=dim) for c in x.tensor_split(factor, dim=dim)]
+        return [torch.cat([c[r] for c in chunks], dim=dim) for r in range(world_size)]
     n = world_size
     if kind == "N":  # p-norm pieces of a non-negative tensor: random weights summing to 1
         if math.isinf(arg):  # inf-norm pieces: every rank at most x, one rank x
@@ -424,6 +431,11 @@ def _combine(outs, placement: str):
         return first if same else None
     if kind == "S":
         return torch.cat(outs, dim=arg)
+    if kind == "SS":  # each rank's piece holds factor sub-shards, in chunk order
+        dim, factor = arg
+        parts = [o.tensor_split(factor, dim=dim) for o in outs]
+        return torch.cat([torch.cat([p[i] for p in parts], dim=dim) for i in range(factor)],
+                         dim=dim)  # fmt: skip
     stacked = torch.stack(outs)
     if kind == "N":
         if math.isinf(arg):
@@ -665,6 +677,8 @@ def _constructed(name: str):
         return _constructed_review8(name[len("review8-") :])
     if name.startswith("review9-"):
         return _constructed_review9(name[len("review9-") :])
+    if name.startswith("review10-"):
+        return _constructed_review10(name[len("review10-") :])
     raise KeyError(name)
 
 
@@ -1151,6 +1165,165 @@ def _constructed_review9(name: str):
     return table[op]
 
 
+def _constructed_review10(name: str):
+    """The samples of the cold review rev25p (/work/reviews/rev25p: A_multi_narrow.py,
+    G_complex_to_real.py, E_strided.py; corpus entries review10-*): its wrong rules,
+    killed there at 2, 3 and 4 ranks (G1's casts: stock only). ``OP-...-DTYPE``."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.split("-")[0], name.rsplit("-", 1)[1]
+    dtype = {"f32": torch.float32, "i64": torch.int64, "i8": torch.int8, "i16": torch.int16,
+             "i32": torch.int32, "u8": torch.uint8, "c64": torch.complex64,
+             "c128": torch.complex128}[dt]  # fmt: skip
+    g = torch.Generator().manual_seed(7)
+    if dtype.is_complex:
+        real = torch.float32 if dtype == torch.complex64 else torch.float64
+        x = torch.complex(torch.randn(4, 6, generator=g) * 3,
+                          torch.randn(4, 6, generator=g) * 3).to(dtype)  # fmt: skip
+        table = {
+            "tocopy": (aten._to_copy.default, (x,), {"dtype": real}),
+            "tocopyf64": (aten._to_copy.default, (x,), {"dtype": torch.float64}),
+            "todtype": (aten.to.dtype, (x, real), {}),
+            "convert": (torch.ops.prims.convert_element_type.default, (x, real), {}),
+            "tocopybf16": (aten._to_copy.default, (x,), {"dtype": torch.bfloat16}),
+            "copyinto": (aten.copy_.default, (torch.zeros(4, 6, dtype=real), x), {}),
+            "real": (aten.real.default, (x,), {}),
+        }
+    elif op.startswith("strided"):
+        # 48 rows: every _S(0, 2) and _S(0, 4) piece even at 2, 3 and 4 ranks (an uneven
+        # shard is untestable, and stock kills every _S rule: no signal)
+        x, y = torch.randn(48, 4, generator=g), torch.randn(48, 4, generator=g)
+        table = {
+            "stridedclone": (aten.clone.default, (x,), {}),
+            "stridedadd": (aten.add.Tensor, (x, y), {}),
+            "stridedcumsum": (aten.cumsum.default, (x, 0), {}),
+            "stridedflip": (aten.flip.default, (x, [0]), {}),
+            "stridedsum": (aten.sum.dim_IntList, (x, [0]), {}),
+            "stridedt": (aten.t.default, (x,), {}),
+        }
+    elif dtype == torch.float32:
+        x = torch.randn(4, 6, generator=g) * 3
+        table = {
+            "frexp": (aten.frexp.Tensor, (x,), {}),
+            "varmean": (aten.var_mean.correction, (x, [1]), {"correction": 1}),
+            "aminmax": (aten.aminmax.default, (x,), {"dim": 1}),
+            "maxdim": (aten.max.dim, (x, 1), {}),
+            "sort": (aten.sort.default, (x, 1), {}),
+            "topk": (aten.topk.default, (x, 2, 1), {}),
+            "cummax": (aten.cummax.default, (x, 1), {}),
+            "std": (aten.std.correction, (x, [1]), {"correction": 1}),
+            "logsumexp": (aten.logsumexp.default, (x, [1]), {}),
+            "cumprod": (aten.cumprod.default, (x, 1), {}),
+            "norm3": (aten.linalg_vector_norm.default, (x, 3.0, [1]), {}),
+        }
+    elif dtype == torch.int64:
+        x = torch.randint(-9, 10, (4, 6), generator=g)
+        r = torch.randint(-3, 4, (4, 6), generator=g)
+        table = {
+            "bitand3": (aten.bitwise_and.Scalar, (x, 3), {}),
+            "rem4": (aten.remainder.Scalar, (x, 4), {}),
+            "fmod4": (aten.fmod.Scalar, (x, 4), {}),
+            "rshift1": (aten.bitwise_right_shift.Tensor_Scalar, (x, 1), {}),
+            "lcm": (aten.lcm.default, (x, torch.randint(1, 5, (4, 6), generator=g)), {}),
+            "mulinplace": (aten.mul_.Tensor, (x.clone(), r), {}),
+        }
+    else:
+        x = torch.randint(0 if dtype == torch.uint8 else -9, 10, (4, 6), generator=g).to(dtype)
+        wide = torch.int32 if dtype == torch.int16 else torch.int64
+        to = torch.int8 if dtype == torch.uint8 else torch.uint8
+        table = {
+            "trace": (aten.trace.default, (x[:, :4].contiguous(),), {}),
+            "nansum": (aten.nansum.default, (x,), {}),
+            "countnz": (aten.count_nonzero.dim_IntList, (x, [1]), {}),
+            "sumdimkeep": (aten.sum.dim_IntList, (x, [1], True), {}),
+            "mulwide": (
+                aten.mul.Tensor,
+                (x, torch.randint(-3, 4, (4, 6), generator=g).to(wide)),
+                {},
+            ),  # fmt: skip
+            "addinplace": (aten.add_.Tensor, (x.clone(), x.clone()), {}),
+            "tocopy": (aten._to_copy.default, (x,), {"dtype": to}),
+        }
+    if op not in table:
+        raise KeyError(name)
+    return table[op]
+
+
+_R10 = "review rev25p: "
+
+
+def _review10_rows():
+    """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
+    family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
+    integer-product, complex-to-real, strided-shard)."""
+    rows = []
+    pp, ps, pm = ("P(product)",), ("P(sum)",), ("P(max)",)
+    for op, fam, rule in (
+        ("frexp-prod-prodsum", "unary", (pp, ("P(product)", "P(sum)"))),
+        ("frexp-prod-prodprod", "unary", (pp, ("P(product)", "P(product)"))),
+        ("varmean-sum", "reduction", (ps, ("P(sum)", "P(sum)"))),
+        ("aminmax-max", "reduction", (pm, ("P(max)", "P(max)"))),
+        ("maxdim-max", "reduction", (pm, ("P(max)", "P(max)"))),
+        ("sort-max", "layout", (pm, ("P(max)", "P(max)"))),
+        ("topk-max", "reduction", (pm, ("P(max)", "P(max)"))),
+        ("cummax-max", "scan", (pm, ("P(max)", "P(max)"))),
+    ):  # fmt: skip
+        rows.append((f"review10-{op}-f32", fam, "float32", rule,
+                     _R10 + "multi-output: every output judged"))  # fmt: skip
+    for op, fam, rule in (
+        ("std-sum", "reduction", (ps, ps)),
+        ("logsumexp-max", "reduction", (pm, pm)),
+        ("logsumexp-s1-max", "reduction", (("S(1)",), pm)),
+        ("cumprod-sum", "scan", (ps, ps)),
+        ("norm3-prod", "reduction", (pp, pp)),
+    ):  # fmt: skip
+        rows.append((f"review10-{op}-f32", fam, "float32", rule,
+                     _R10 + "magnitude-changing: a non-linear op of a Partial"))  # fmt: skip
+    for dt in ("i8", "i16", "i32", "u8"):
+        for op, fam, rule in (
+            ("trace-sum", "reduction", (ps, ps)),
+            ("nansum-sum", "reduction", (ps, ps)),
+            ("countnz-sum", "reduction", (ps, ps)),
+            ("sumdimkeep-sum", "reduction", (ps, ps)),
+            ("mulwide-sum", "binary", (("P(sum)", "R"), ps)),
+            ("tocopy-max", "unary", (pm, pm)),
+        ):  # fmt: skip
+            rows.append((f"review10-{op}-{dt}", fam, _DT8[dt], rule,
+                         _R10 + "narrow-int: the op widens or wraps each piece"))  # fmt: skip
+        rows.append((f"review10-addinplace-sum-{dt}", "binary", _DT8[dt],
+                     (("P(sum)", "R"), ps),
+                     _R10 + "in-place: add_ of a Replicate into a P(sum) on every rank"))  # fmt: skip
+    rows.append(("review10-mulinplace-prod-i64", "binary", "int64", (("P(product)", "R"), pp),
+                 _R10 + "in-place: mul_ of a Replicate into a P(product) on every rank"))  # fmt: skip
+    for op, fam in (("bitand3", "binary"), ("rem4", "binary"), ("fmod4", "binary"),
+                    ("rshift1", "binary"), ("lcm", "binary")):  # fmt: skip
+        rule = ((*pp, "R"), pp) if op == "lcm" else (pp, pp)
+        rows.append((f"review10-{op}-prod-i64", fam, "int64", rule,
+                     _R10 + "integer-product: an op that is no homomorphism of the product"))  # fmt: skip
+    for dt, dtn in (("c64", "complex64"), ("c128", "complex128")):
+        ops = ["tocopy", "todtype", "convert", "tocopybf16", "copyinto", "real"]
+        ops += ["tocopyf64"] if dt == "c64" else []
+        for op in ops:
+            ins = (*pp, "P(product)") if op == "copyinto" else pp
+            rows.append((f"review10-{op}-prod-{dt}", "unary", dtn, (ins, pp),
+                         _R10 + "complex-to-real: real(a * b) != real(a) * real(b)"))  # fmt: skip
+    s02, s04 = "_S(0, 2)", "_S(0, 4)"
+    for op, fam, rule in (
+        ("stridedclone-ss-s", "unary", ((s02,), ("S(0)",))),
+        ("stridedclone-s-ss", "unary", (("S(0)",), (s02,))),
+        ("stridedclone-ss2-ss4", "unary", ((s02,), (s04,))),
+        ("stridedadd-ss-s", "binary", ((s02, "S(0)"), (s02,))),
+        ("stridedcumsum-ss", "scan", ((s02,), (s02,))),
+        ("stridedflip-ss", "layout", ((s02,), (s02,))),
+        ("stridedsum-ss-max", "reduction", ((s02,), ("P(max)",))),
+        ("stridedt-ss", "layout", ((s02,), (s02,))),
+    ):  # fmt: skip
+        rows.append((f"review10-{op}-f32", fam, "float32", rule,
+                     _R10 + "strided-shard: a _StridedShard placed as a Shard or another one"))  # fmt: skip
+    return tuple(rows)
+
+
 _R9 = "review rev25m: "
 _FARP = (
     "Partial-input PR: every piece within a small multiple of the data (float product "
@@ -1318,6 +1491,10 @@ REVIEW8 = (
     ("review8-prod-u8", "reduction", "uint8", _PP, _R8 + _WRAPP),
 )  # fmt: skip
 
+# The cold review rev25p (after the fixes of rev25o): the wrong rules it tried, every one
+# killed by the overlay there except the complex-to-real casts (its G1).
+REVIEW10 = _review10_rows()
+
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
 FOUND = (
     ("review-add-outlier", "binary", "float32", (("P(sum)", "R"), ("P(sum)",)),
@@ -1399,6 +1576,7 @@ FOUND = (
     *REVIEW7,
     *REVIEW8,
     *REVIEW9,
+    *REVIEW10,
 )  # fmt: skip
 
 
@@ -1423,7 +1601,7 @@ def build(out: Path, ops_filter: set[str] | None = None, found_only: bool = Fals
         # the far split only for the rows found past the data (rev25m), so the other
         # entries keep their witnesses
         w = witness(func, args, kwargs, rule, getattr(torch, dtype_name),
-                    far=builder.startswith("review9-"))  # fmt: skip
+                    far=builder.startswith(("review9-", "review10-")))  # fmt: skip
         if not w:
             raise AssertionError(f"no witness for {builder}")
         entries.append({"id": builder, "family": family, "dtype": dtype_name,

@@ -18,7 +18,9 @@ either side (op, dtype, rule, stock verdict, overlay verdict), plus the ops it c
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from tools.active import environment, materialize, tree_digest
@@ -50,9 +52,11 @@ def run_once(
     op_timeout: float,
     cwd: Path,
     startup_s: float = STARTUP_S,
+    cpu: list[float] | None = None,
 ) -> tuple[dict[str, dict], str, str]:
     """Run one worker over ``ops``; return the ops it reported, how it ended ("ok",
-    "timeout" or "crash") and the tail of its stderr."""
+    "timeout" or "crash") and the tail of its stderr. ``cpu`` gets the process's CPU
+    seconds (user + system) appended."""
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(
             command + ops, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
@@ -79,9 +83,11 @@ def run_once(
                 break
             if line.startswith(MARK):
                 result = json.loads(line[len(MARK) :])
+                if "op" not in result:  # the worker's start-up line (its CPU seconds)
+                    continue
                 reported[result["op"]] = result
                 deadline = time.monotonic() + op_timeout
-        rc = proc.wait()
+        rc = wait_cpu(proc, cpu)
         if how == "ok" and (rc or len(reported) < len(ops)):
             how = "crash"
         stderr.seek(0)
@@ -92,6 +98,16 @@ def run_once(
     return reported, how, f"exit {rc}: " + " | ".join(tail)
 
 
+def wait_cpu(proc: subprocess.Popen, cpu: list[float] | None) -> int:
+    """Wait for ``proc``; append its CPU seconds (user + system, from wait4) to ``cpu``."""
+    if cpu is None:
+        return proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu.append(usage.ru_utime + usage.ru_stime)
+    return proc.returncode
+
+
 def run_batch(
     command: list[str],
     env: dict[str, str],
@@ -99,13 +115,15 @@ def run_batch(
     op_timeout: float,
     cwd: Path,
     startup_s: float = STARTUP_S,
+    cpu: list[float] | None = None,
 ) -> dict[str, dict]:
-    """Every op of ``ops`` with a result; an op that kills its process alone is a crash."""
+    """Every op of ``ops`` with a result; an op that kills its process alone is a crash.
+    ``cpu`` gets each process's CPU seconds appended."""
     results: dict[str, dict] = {}
     runs = deque([ops])
     while runs:
         batch = runs.popleft()
-        reported, how, detail = run_once(command, env, batch, op_timeout, cwd, startup_s)
+        reported, how, detail = run_once(command, env, batch, op_timeout, cwd, startup_s, cpu)
         results.update(reported)
         left = [op for op in batch if op not in reported]
         if not left:
@@ -132,25 +150,48 @@ def sweep_variants(
     jobs: int,
     command: list[str] | None = None,
     extra: Sequence[str] = (),
+    todo: dict[str, list[str]] | None = None,
+    done=None,
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, dict[str, dict[str, dict]]]:
-    """results[variant][dtype][op] for each variant's environment."""
+    """results[variant][dtype][op] for each variant's environment.
+
+    A worker process runs ``batch_size`` (dtype, op) pairs, every dtype in one process
+    (``dtype/op`` items), so each variant pays torch's and the OpInfo database's import
+    once per batch, not once per dtype and batch. ``todo[variant]``: the ``dtype/op``
+    items to run (default: every op in every dtype). ``done(results)`` is called after
+    each batch, with everything reported so far (a checkpoint). ``cpu[variant]`` gets
+    each worker process's CPU seconds."""
     command = command or worker_command()
+    args = [f"--dtype={','.join(dtypes)}", f"--max-samples={max_samples}",
+            f"--world-size={world_size}", *extra, "--"]  # fmt: skip
     tasks = []
     for variant, env in variants.items():
-        for dtype in dtypes:
-            args = [f"--dtype={dtype}", f"--max-samples={max_samples}",
-                    f"--world-size={world_size}", *extra, "--"]  # fmt: skip
-            for start in range(0, len(ops), batch_size):
-                batch = ops[start : start + batch_size]
-                tasks.append((variant, dtype, command + args, env, batch))
+        if todo is not None:
+            items = todo[variant]
+        elif len(dtypes) == 1:
+            items = list(ops)
+        else:
+            items = [f"{d}/{op}" for op in ops for d in dtypes]
+        for n, start in enumerate(range(0, len(items), batch_size)):
+            tasks.append((n, variant, env, items[start : start + batch_size]))
+    # stock's and the overlay's batches in turn, so a stopped run has both sides of the
+    # ops it reached
+    tasks = [task[1:] for task in sorted(tasks, key=lambda task: task[0])]
     results: dict[str, dict[str, dict[str, dict]]] = {v: {d: {} for d in dtypes} for v in variants}
+    cpu = cpu if cpu is not None else {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [
-            (variant, dtype, pool.submit(run_batch, cmd, env, batch, op_timeout, repo))
-            for variant, dtype, cmd, env, batch in tasks
-        ]
-        for variant, dtype, future in futures:
-            results[variant][dtype].update(future.result())
+        futures = {
+            pool.submit(run_batch, command + args, env, batch, op_timeout, repo,
+                        cpu=cpu.setdefault(variant, [])): variant
+            for variant, env, batch in tasks
+        }  # fmt: skip
+        for future in as_completed(futures):
+            for item, result in future.result().items():
+                dtype, op = item.split("/", 1) if "/" in item else (dtypes[0], item)
+                results[futures[future]][dtype][op] = {**result, "op": op}
+            if done is not None:
+                done(results)
     return results
 
 
@@ -227,7 +268,15 @@ def markdown(report: dict) -> str:
         f"configuration {settings.get('config', '1d-2')} (1-D mesh, sizes "
         f"{settings.get('sizes', '24,12,4,2')}"
         f"{', non-contiguous samples' if settings.get('noncontiguous') else ''}), "
-        f"CPU, incorrect-only; {report['seconds']:.0f} s.",
+        f"CPU, incorrect-only; {report['seconds']:.0f} s"
+        + (
+            f", worker CPU {report['cpu_s']['stock']:.0f} s stock / "
+            f"{report['cpu_s']['overlay']:.0f} s overlay"
+            if "cpu_s" in report
+            else ""
+        )
+        + ("" if report.get("complete", True) else " (INCOMPLETE: stopped before the end)")
+        + ".",
         "",
         "| dtype | validated ops (stock / overlay) | incorrect rules (stock / overlay) "
         "| ops not run (stock / overlay) |",
@@ -259,6 +308,21 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+RERUN = {None, "crash", "timeout", "error"}  # a kept result with these is run again
+
+
+def stock_key() -> str:
+    """What stock's results depend on: the installed torch and the worker's code
+    (``validate``, ``worker`` and their helpers). A report made with the same key keeps
+    its stock results under ``--resume``."""
+    import inspect
+
+    torch = installed_torch()
+    source = "".join(inspect.getsource(f) for f in (validate, worker, _RuleSets, rule_key, example))
+    code = hashlib.sha256(source.encode()).hexdigest()[:16]
+    return f"{torch.version} {torch.git_version[:12]} worker {code}"
+
+
 def sweep(
     repo: Path,
     out: Path,
@@ -266,50 +330,101 @@ def sweep(
     only: Sequence[str] = (),
     max_samples: int = 6,
     world_size: int = 2,
-    batch_size: int = 40,
+    batch_size: int = 200,
     op_timeout: float = 300.0,
     jobs: int = 2,
     noncontiguous: bool = False,
     sizes: str = "24,12,4,2",
     name: str = "sweep",
     config: str = "1d-2",
+    resume: bool = False,
+    command: list[str] | None = None,
 ) -> int:
     """Run the sweep, write ``out/<name>.{md,json}``; exit status 1 if the overlay leaves
-    an incorrect rule or an op it could not run."""
+    an incorrect rule or an op it could not run.
+
+    ``resume``: from an earlier ``out/<name>.json`` of the same settings, keep the stock
+    results if stock's torch and this worker are the same (``stock_key``), and the overlay
+    results if the overlay files are the same; each kept (dtype, op) result is not run
+    again (unless it crashed, timed out or failed). The JSON is rewritten after every
+    worker batch (``"complete": false`` until the end), so a stopped run resumes there."""
     started = time.monotonic()
+    usage = os.times()
     extra = [f"--sizes={sizes}"] + (["--noncontiguous"] if noncontiguous else [])
+    settings = {"config": config, "dtypes": list(dtypes), "max_samples": max_samples,
+                "world_size": world_size, "noncontiguous": noncontiguous, "sizes": sizes,
+                "narrowed": bool(only)}  # fmt: skip
+    path = out / f"{name}.json"
+    skey = stock_key()
     with tempfile.TemporaryDirectory(prefix="torch-overlay-") as scratch:
         tree = Path(scratch) / "tree"
         materialize(repo, tree)
         envs = {"stock": environment(None), "overlay": environment(tree)}
-        ops = list(only) or registered_ops(envs["overlay"], repo)
-        results = sweep_variants(repo, envs, ops, dtypes, max_samples, world_size,
-                                 batch_size, op_timeout, jobs, extra=extra)  # fmt: skip
         digest = tree_digest(tree)
-    report = {
-        "torch": installed_torch().version,
-        "overlay_files": digest,
-        "settings": {
-            "config": config,
-            "dtypes": list(dtypes),
-            "max_samples": max_samples,
-            "world_size": world_size,
-            "noncontiguous": noncontiguous,
-            "sizes": sizes,
-            "narrowed": bool(only),
-        },
-        "ops": ops,
-        "seconds": time.monotonic() - started,
-        "summary": summary(results),
-        "rows": rows(results),
-        "failures": failures(results),
-        "results": results,
-    }
+        ops = list(only) or registered_ops(envs["overlay"], repo)
+        kept: dict[str, dict[str, dict[str, dict]]] = {v: {d: {} for d in dtypes} for v in VARIANTS}
+        before = {"seconds": 0.0, "cpu_s": {v: 0.0 for v in VARIANTS}, "ops": []}
+        if resume and path.is_file():
+            old = json.loads(path.read_text())
+            same = {k: v for k, v in old.get("settings", {}).items() if k != "narrowed"} == {
+                k: v for k, v in settings.items() if k != "narrowed"}  # fmt: skip
+            keys = {"stock": old.get("stock_key") == skey,
+                    "overlay": old.get("overlay_files") == digest}  # fmt: skip
+            for variant in VARIANTS:
+                if same and keys[variant]:
+                    for dtype in dtypes:
+                        kept[variant][dtype] = dict(old["results"][variant].get(dtype, {}))
+                    before["cpu_s"][variant] = old.get("cpu_s", {}).get(variant, 0.0)
+            if same and (keys["stock"] or keys["overlay"]):
+                before["ops"] = old.get("ops", [])
+                before["seconds"] = old.get("seconds", 0.0) if keys["overlay"] else 0.0
+        todo = {v: [f"{d}/{op}" for op in ops for d in dtypes
+                    if kept[v][d].get(op, {}).get("status") in RERUN]
+                for v in VARIANTS}  # fmt: skip
+        all_ops = list(dict.fromkeys([*before["ops"], *ops]))
+        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        print(f"{name}: kept stock {sum(map(len, kept['stock'].values()))}, overlay "
+              f"{sum(map(len, kept['overlay'].values()))} (dtype, op) results; to run stock "
+              f"{len(todo['stock'])}, overlay {len(todo['overlay'])}", flush=True)  # fmt: skip
+
+        def report_of(results: dict, complete: bool) -> dict:
+            merged = {v: {d: {**kept[v][d], **results[v][d]} for d in dtypes} for v in VARIANTS}
+            return {
+                "torch": installed_torch().version,
+                "stock_key": skey,
+                "overlay_files": digest,
+                "settings": settings,
+                "complete": complete,
+                "ops": all_ops,
+                "seconds": before["seconds"] + time.monotonic() - started,
+                # CPU seconds of the worker processes (user + system), kept results' included
+                "cpu_s": {v: round(before["cpu_s"][v] + sum(cpu[v]), 1) for v in VARIANTS},
+                "processes": {v: len(cpu[v]) for v in VARIANTS},
+                "summary": summary(merged),
+                "rows": rows(merged),
+                "failures": failures(merged),
+                "results": merged,
+            }
+
+        def checkpoint(results: dict) -> None:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report_of(results, False), indent=1) + "\n")
+
+        if any(todo.values()):
+            results = sweep_variants(repo, envs, ops, dtypes, max_samples, world_size,
+                                     batch_size, op_timeout, jobs, command, extra, todo,
+                                     checkpoint, cpu)  # fmt: skip
+        else:
+            results = {v: {d: {} for d in dtypes} for v in VARIANTS}
+    report = report_of(results, True)
+    now = os.times()
+    report["run_cpu_s"] = round(now.children_user + now.children_system
+                                - usage.children_user - usage.children_system, 1)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    path.write_text(json.dumps(report, indent=1) + "\n")
     (out / f"{name}.md").write_text(markdown(report))
     print(markdown(report), end="")
-    print(f"written: {out / f'{name}.md'}, {out / f'{name}.json'}")
+    print(f"written: {out / f'{name}.md'}, {path}")
     left = [r for r in report["rows"] if r["overlay"] == "incorrect"]
     return 1 if left or any(f["variant"] == "overlay" for f in report["failures"]) else 0
 
@@ -346,7 +461,7 @@ def sweep_configs(
     dtypes: Sequence[str] | None = None,
     max_samples: int | None = None,
     resume: bool = False,
-    batch_size: int = 40,
+    batch_size: int = 200,
     op_timeout: float = 300.0,
     jobs: int = 2,
 ) -> int:
@@ -371,14 +486,19 @@ def sweep_configs(
         path = out / f"sweep-{config}.json"
         if resume and path.is_file():
             old = json.loads(path.read_text())
-            if old.get("overlay_files") == digest and old.get("settings") == settings:
-                print(f"{config}: kept {path} (same overlay files and settings)")
+            if (
+                old.get("overlay_files") == digest
+                and old.get("settings") == settings
+                and old.get("complete", True)
+                and old.get("stock_key") == stock_key()
+            ):
+                print(f"{config}: kept {path} (same overlay files, stock and settings)")
                 continue
         code |= sweep(repo, out, dtypes=settings["dtypes"], only=only,
                       max_samples=settings["max_samples"], world_size=c["world_size"],
                       batch_size=batch_size, op_timeout=op_timeout, jobs=jobs,
                       noncontiguous=c["noncontiguous"], sizes=c["sizes"],
-                      name=f"sweep-{config}", config=config)  # fmt: skip
+                      name=f"sweep-{config}", config=config, resume=resume)  # fmt: skip
     (out / "sweep.md").write_text(configs_markdown(out, configs))
     print(configs_markdown(out, configs), end="")
     return code
@@ -391,8 +511,8 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
              "`sweep-<configuration>.md`.", "",
              "| configuration | dtype | validated ops (stock / overlay) "
              "| incorrect rules (stock / overlay) | ops with one (overlay) "
-             "| ops not run (stock / overlay) | seconds |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| ops not run (stock / overlay) | seconds | worker CPU s (stock / overlay) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for config in configs:
         path = out / f"sweep-{config}.json"
         if not path.is_file():
@@ -400,13 +520,22 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
             continue
         report = json.loads(path.read_text())
         s, o = report["summary"]["stock"], report["summary"]["overlay"]
+        cpu = report.get("cpu_s", {})
         for dtype in report["settings"]["dtypes"]:
+            ran = [len(report["results"][v].get(dtype, {})) for v in VARIANTS]
+            partial = (
+                ""
+                if report.get("complete", True)
+                else f" (stopped: {ran[0]} / {ran[1]} of {len(report['ops'])} ops run)"
+            )
             lines.append(
-                f"| {config} | {dtype} | {s[dtype]['validated']} / {o[dtype]['validated']} "
+                f"| {config} | {dtype}{partial} "
+                f"| {s[dtype]['validated']} / {o[dtype]['validated']} "
                 f"| {s[dtype]['incorrect_rules']} / {o[dtype]['incorrect_rules']} "
                 f"| {', '.join(o[dtype]['ops_with_incorrect']) or '-'} "
                 f"| {len(s[dtype]['failed'])} / {len(o[dtype]['failed'])} "
-                f"| {report['seconds']:.0f} |"
+                f"| {report['seconds']:.0f} "
+                f"| {cpu.get('stock', 0):.0f} / {cpu.get('overlay', 0):.0f} |"
             )
     lines += ["", "Not checked (validator limits):", ""]
     lines += [f"- {name}: {why}" for name, why in UNSUPPORTED.items()]
@@ -994,7 +1123,8 @@ def ops_without_rule() -> dict[str, list[str]]:
 def worker(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.sweep")
     parser.add_argument("--list", action="store_true", help="print the registered op names")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32",
+                        help="the dtype of items without one (items may be 'dtype/op')")  # fmt: skip
     parser.add_argument("--max-samples", type=int, default=6)
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--noncontiguous", action="store_true",
@@ -1006,6 +1136,7 @@ def worker(argv: list[str]) -> int:
                         help="print the OpInfo names by DTensor registration (ops_without_rule)")  # fmt: skip
     parser.add_argument("ops", nargs="*")
     args = parser.parse_args(argv)
+    started = time.process_time()
 
     import torch.distributed as dist
     import torch.distributed.tensor._ops.strategy_validation as sv
@@ -1025,6 +1156,8 @@ def worker(argv: list[str]) -> int:
 
         opinfo_core.OpInfo.sample_inputs = noncontiguous
     dist.init_process_group("fake", rank=0, world_size=args.world_size)
+    print(MARK + json.dumps({"startup_cpu_s": round(time.process_time() - started, 3)}),
+          flush=True)  # fmt: skip
     try:
         if args.list:
             print(json.dumps(sv.get_registered_op_names()))
@@ -1032,9 +1165,13 @@ def worker(argv: list[str]) -> int:
         if args.without_rule:
             print(json.dumps(ops_without_rule()))
             return 0
-        for op in args.ops:
-            result = validate(op, args.dtype, args.max_samples, args.world_size, args.missing)
-            print(MARK + json.dumps(result), flush=True)
+        for item in args.ops:
+            # "dtype/op" (a sweep's batch holds every dtype), or an op in --dtype
+            dtype, op = item.split("/", 1) if "/" in item else (args.dtype, item)
+            started = time.process_time()
+            result = validate(op, dtype, args.max_samples, args.world_size, args.missing)
+            result["cpu_s"] = round(time.process_time() - started, 3)
+            print(MARK + json.dumps({**result, "op": item}), flush=True)
     finally:
         dist.destroy_process_group()
     return 0

@@ -37,6 +37,12 @@ class CorpusTest(TestCase):
             self.assertIn(kind, kinds)
         self.assertGreaterEqual(len({e["family"] for e in entries}), 6)
         self.assertTrue(all(e["witness"] for e in entries))
+        # review rev25p's families of wrong rules, each in the corpus
+        groups = Counter(e["from"].split(": ")[1] for e in entries
+                         if e["id"].startswith("review10-"))  # fmt: skip
+        for group in ("multi-output", "magnitude-changing", "narrow-int", "in-place",
+                      "integer-product", "complex-to-real", "strided-shard"):  # fmt: skip
+            self.assertGreater(groups[group], 0, group)
 
 
 class OracleTest(TestCase):
@@ -67,6 +73,29 @@ class OracleTest(TestCase):
                 # c10d's integer avg truncates, as LocalTensor simulates it
                 ints = [torch.tensor([1, -3]), torch.zeros(2, dtype=torch.long)]
                 self.assertEqual(mutations._combine(ints, "P(avg)"), torch.tensor([0, -1]))
+
+    def test_strided_shard_split_is_dtensors(self):
+        # _S(dim, split_factor) (review rev25p's wrong _StridedShard rules): the oracle's
+        # own split holds the pieces DTensor's _StridedShard gives each rank, and its
+        # combine is the inverse.
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        x = torch.arange(384.0).reshape(16, 24)  # even pieces (the sweep's samples are)
+        for world_size in (2, 4):
+            for dim, factor in ((0, 2), (1, 2), (1, 3), (0, 4)):
+                with self.subTest(world_size=world_size, dim=dim, factor=factor):
+                    placement = str(_StridedShard(dim, split_factor=factor))
+                    pieces = mutations._split(x, placement, world_size, None)
+                    theirs, _ = _StridedShard(dim, split_factor=factor)._split_tensor(
+                        x, world_size, with_padding=False
+                    )
+                    self.assertEqual(pieces, theirs)
+                    self.assertEqual(mutations._combine(pieces, placement), x)
+        # a wrong _StridedShard rule has a witness, the right one has none
+        right = (("_S(0, 2)",), ("_S(1, 2)",))
+        self.assertEqual(mutations.witness(aten.t.default, (x,), {}, right, torch.float32), "")
+        wrong = (("_S(0, 2)",), ("S(0)",))
+        self.assertTrue(mutations.witness(aten.clone.default, (x,), {}, wrong, torch.float32))
 
     def test_far_splits_reduce_to_the_input(self):
         # One piece far outside the data (review rev25m): the oracle's own witnesses of

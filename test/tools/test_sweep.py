@@ -59,6 +59,20 @@ for op in ops:
     print({MARK!r} + json.dumps(result), flush=True)
 """
 
+# Stands in for the sweep's worker: logs each process's items ("dtype/op"), reports each
+# item's dtype in its one incorrect rule.
+FAKE_ITEM_WORKER = f"""
+import json, sys
+items = sys.argv[sys.argv.index("--") + 1 :]
+with open(sys.argv[1], "a") as log:
+    log.write(" ".join(items) + "\\n")
+for item in items:
+    rule = "aten.x.default: " + item.split("/")[0] + " -> R"
+    result = {{"op": item, "status": "ok", "samples": 1, "correct": 0,
+              "incorrect": {{rule: "shapes []"}}, "skips": {{}}}}
+    print({MARK!r} + json.dumps(result), flush=True)
+"""
+
 # Stands in for the --mutations worker: kills every entry, says the world size it was given.
 FAKE_MUTATION_WORKER = f"""
 import json, sys
@@ -84,6 +98,48 @@ class RunBatchTest(TestCase):
             "a": "ok", "crash_1": "crash", "b": "ok", "hang_1": "timeout", "c": "ok",
         })  # fmt: skip
         self.assertIn("exit -6", results["crash_1"]["detail"])
+
+
+class SweepBatchAndResumeTest(TestCase):
+    def test_dtypes_share_a_process_and_resume_keeps_stock(self):
+        # Every dtype of a batch runs in one worker process (one import of torch per
+        # variant, not one per dtype); --resume keeps stock's results while stock's
+        # torch and worker are the same, and the overlay's while its files are.
+        with tempfile.TemporaryDirectory() as scratch:
+            worker, log = Path(scratch) / "worker.py", Path(scratch) / "ran.txt"
+            worker.write_text(FAKE_ITEM_WORKER)
+            out = Path(scratch) / "reports"
+            fake = [sys.executable, str(worker), str(log)]
+
+            def run():
+                sweep(REPO, out, dtypes=["float32", "int64"], only=["a", "b"], jobs=1,
+                      resume=True, command=fake)  # fmt: skip
+                return json.loads((out / "sweep.json").read_text())
+
+            first = run()
+            self.assertEqual(log.read_text().splitlines(),
+                             ["float32/a int64/a float32/b int64/b"] * 2)  # fmt: skip
+            self.assertEqual(first["processes"], {"stock": 1, "overlay": 1})
+            self.assertTrue(first["complete"])
+            self.assertEqual(first["summary"]["overlay"]["int64"]["incorrect_rules"], 2)
+            self.assertEqual(
+                set(first["results"]["stock"]["int64"]["b"]["incorrect"]),
+                {"aten.x.default: int64 -> R"},
+            )
+            self.assertEqual(first["results"]["stock"]["int64"]["b"]["op"], "b")
+            run()  # the same stock and overlay: nothing runs
+            self.assertEqual(len(log.read_text().splitlines()), 2)
+            # Other overlay files: only the overlay runs again.
+            first["overlay_files"] = "other"
+            (out / "sweep.json").write_text(json.dumps(first))
+            third = run()
+            self.assertEqual(len(log.read_text().splitlines()), 3)
+            self.assertEqual(third["rows"], first["rows"])
+            # Another stock (torch or worker): stock runs again, the overlay is kept.
+            third["stock_key"] = "other"
+            (out / "sweep.json").write_text(json.dumps(third))
+            run()
+            self.assertEqual(len(log.read_text().splitlines()), 4)
 
 
 class MutationWorldSizeTest(TestCase):
