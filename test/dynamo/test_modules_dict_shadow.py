@@ -397,6 +397,39 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                     expected = run(make, key, shadow, pattern, False)
                     self.assertEqual(run(make, key, shadow, pattern, True), expected)
 
+    def test_instance_dict_key_deleted_without_a_write_needs_it(self):
+        """A frame deletes a key of __dict__ that it did not write. On a later call
+        without the key, eager's `del` raises AttributeError: the compiled frame
+        must not replay the delete as a no-op on code traced with the key
+        present (a DICT_CONTAINS guard recompiles it)."""
+
+        class Obj:
+            pass
+
+        def plain_del(x, o):
+            del o.a
+            return x + 1
+
+        def run(fn, pattern, compiled):
+            torch._dynamo.reset()
+            f = torch.compile(fn, backend="eager") if compiled else fn
+            outs = []
+            for present in pattern:
+                o = Obj()
+                if present:
+                    o.a = 3.0
+                try:
+                    outs.append(f(torch.ones(1), o))
+                except AttributeError:
+                    outs.append("AttributeError")
+                outs.append(sorted(o.__dict__))
+            return outs
+
+        for pattern in ((1, 0, 0, 1), (1, 0, 1, 0), (0, 1, 0, 1)):
+            with self.subTest(pattern=pattern):
+                expected = run(plain_del, pattern, False)
+                self.assertEqual(run(plain_del, pattern, True), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
