@@ -17,7 +17,8 @@ from unittest import mock
 
 import torch
 import torch.distributed.tensor._sharding_prop as sharding_prop
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 import torch.distributed as dist
 from torch.distributed.tensor import (
     distribute_tensor,
@@ -32,6 +33,7 @@ from torch.distributed.tensor._ops.single_dim_strategy import (
 from torch.distributed.tensor._sharding_prop import _select_min_cost_strategy
 from torch.distributed.tensor.debug import _clear_sharding_prop_cache, CommDebugMode
 from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     create_local_tensor_test_class,
     DTensorContinuousTestBase,
@@ -742,17 +744,18 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
                     self.assertEqual(res.full_tensor(), truth)
         if dist.get_backend() == "gloo":
             return  # int8 all-reduce; the LocalTensor twin checks it
-        # A float operand whose range the Partial's dtype does not hold is not
-        # split: float64 1e5 overflows float16, its halves (50000) do not, so
-        # the split reads finite values where the op gives -inf. Out of place
-        # the Partial is reduced first; in place it raises.
+        # A 0-dim float operand whose range the Partial's dtype does not hold
+        # is converted into that dtype before it is split, as the op converts
+        # it: float64 1e5 overflows float16, its halves (50000) would not, so
+        # split first the pieces would read finite values where the op gives
+        # -inf. Converted first, each rank subtracts inf / 2: the Partial is
+        # kept, in place too.
         big = torch.tensor(1e5, dtype=torch.float64)
         x = P(f16, *xs)
+        self._check(mesh, "f16 P - 0-dim f64 1e5", lambda t: t - big, [x], Partial(), 0)
         self._check(
-            mesh, "f16 P - 0-dim f64 1e5", lambda t: t - big, [x], Replicate(), 1
+            mesh, "f16 P.sub_(0-dim f64 1e5)", lambda t: t.sub_(big), [x], Partial(), 0
         )
-        with self.assertRaisesRegex(RuntimeError, "in-place operations"):
-            self._dtensor(mesh, x).sub_(big)
         # A Partial operand of another dtype is still reduced first: int8
         # 100 + 100 wraps in the pending sum, not in int32; int64 rounds per
         # rank into float32 (the in-place op, which cannot reduce its self,
@@ -1110,6 +1113,110 @@ class MaxMinOutRulesPerMeshDimTest(FakeMeshMixin, TestCase):
 DistPartialSumPromotionTestWithLocalTensor = create_local_tensor_test_class(
     DistPartialSumPromotionTest, base_class=LocalDTensorContinuousTestBase
 )
+
+
+class NarrowedFloatOperandTest(TestCase):
+    """A 0-dim float operand that the op converts into a narrower dtype
+    (float32 x + float64 0-dim v) and that is split from Replicate into a
+    Partial("sum") is converted before the split, as the op converts the whole
+    value. LocalTensor on the fake process group, at 2, 3 and 4 ranks."""
+
+    def _run(self, ws, body):
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ws)
+        try:
+            mesh = init_device_mesh("cpu", (ws,))
+            with LocalTensorMode(frozenset(range(ws))):
+                body(mesh)
+        finally:
+            dist.destroy_process_group()
+
+    @staticmethod
+    def _partial(mesh, dtype, per_rank):
+        ws = mesh.size()
+        local = LocalTensor(
+            {r: torch.tensor(per_rank[r], dtype=dtype) for r in range(ws)}
+        )
+        return DTensor.from_local(local, mesh, [Partial()], run_check=False)
+
+    def test_a_narrowed_float_operand_is_split_after_its_conversion(self):
+        f64, c64, c128, bf16 = (
+            torch.float64,
+            torch.complex64,
+            torch.complex128,
+            torch.bfloat16,
+        )
+        # (name, op, mode, x's dtype, the operand's dtype, its value); x's
+        # rank 0 holds [1, -2, 3], the others zeros, except "near max": each
+        # rank holds -3e38 / world size, so that split before its conversion
+        # float64 5e38 would give each rank a finite float32 piece and read
+        # 2e38 where the op gives inf
+        cases = [
+            ("add", "out", f32, f64, 2.5),
+            ("add", "plain", f32, f64, 2.5),
+            ("add", "inplace", f32, f64, 2.5),
+            ("sub", "out", f32, f64, 1 / 3),
+            ("sub", "inplace", f32, f64, 1 / 3),
+            ("mul", "plain", f32, f64, 2.5),
+            ("div", "inplace", f32, f64, 2.5),
+            ("add", "plain", bf16, f64, 2.5),
+            ("add", "inplace", f16, f32, 2.5),
+            ("add", "out", f16, f64, 1e5),
+            ("sub", "inplace", f16, f64, 1e5),
+            ("add", "plain", c64, c128, 2 + 1j),
+            ("add", "inplace", c64, f64, 2.5),
+            ("add", "out", "near max", f64, 5e38),
+            ("add", "inplace", "near max", f64, 5e38),
+        ]
+
+        def body(mesh):
+            ws = mesh.size()
+            for op, mode, dtype, sdtype, v in cases:
+                with self.subTest(op, mode=mode, x=dtype, s=sdtype, v=v, ws=ws):
+                    if dtype == "near max":
+                        dtype, per_rank = f32, [[-3e38 / ws] * 3] * ws
+                    else:
+                        per_rank = [[1.0, -2.0, 3.0]] + [[0.0] * 3] * (ws - 1)
+                    full = sum(torch.tensor(p, dtype=dtype) for p in per_rank)
+                    s = torch.tensor(v, dtype=sdtype)
+                    x = self._partial(mesh, dtype, per_rank)
+                    fn = getattr(torch, op)
+                    if mode == "inplace":
+                        truth = getattr(full, op + "_")(s)
+                    else:
+                        truth = fn(full, s)
+                    out = self._partial(mesh, truth.dtype, [[0.0] * 3] * ws)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        if mode == "out":
+                            res = fn(x, s, out=out)
+                        elif mode == "inplace":
+                            res = getattr(x, op + "_")(s)
+                        else:
+                            res = fn(x, s)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(res.placements, (Partial(),))
+                    self.assertEqual(res.dtype, truth.dtype)
+                    got = res.full_tensor()._local_tensors[0]
+                    # a float16 Partial adds its piece on each rank and rounds
+                    # there, as any float16 Partial(sum): at 3 ranks 2.5 / 3
+                    # rounds (one float16 ulp)
+                    tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == f16 else {}
+                    self.assertEqual(got, truth, equal_nan=True, **tol)
+            # complex32 is not split (its division is not implemented on
+            # CPU): float16 x + a 0-dim complex128 reduces x first
+            per_rank = [[1.0, -2.0, 3.0]] + [[0.0] * 3] * (ws - 1)
+            x = self._partial(mesh, f16, per_rank)
+            s = torch.tensor(2 + 1j, dtype=c128)
+            comm_mode = CommDebugMode()
+            with comm_mode:
+                res = x + s
+            self.assertEqual(comm_mode.get_total_counts(), 1)
+            self.assertEqual(res.placements, (Replicate(),))
+            full = torch.tensor([1.0, -2.0, 3.0], dtype=f16)
+            self.assertEqual(res.full_tensor()._local_tensors[0], full + s)
+
+        for ws in (2, 3, 4):
+            self._run(ws, body)
 
 
 if __name__ == "__main__":
