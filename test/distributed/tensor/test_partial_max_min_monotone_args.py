@@ -28,6 +28,7 @@ from torch.testing._internal.distributed._tensor.common_dtensor import (
 
 aten = torch.ops.aten
 inf = float("inf")
+nan = float("nan")
 # Per-rank locals: every rank's max and min differ from its own value somewhere,
 # with inf, -inf and values beyond +-100 on some ranks (inf next to 500 and
 # -inf next to -300 on another rank).
@@ -43,6 +44,8 @@ MONOTONE = [
     ("threshold(0, 0)", lambda x: torch.threshold(x, 0.0, 0.0), True),
     ("threshold(-2.5, -2.5)", lambda x: torch.threshold(x, -2.5, -2.5), True),
     ("F.threshold(1, -1)", lambda x: F.threshold(x, 1.0, -1.0), True),
+    # no x > nan: the constant 3 everywhere, whatever the order of the locals
+    ("threshold(nan, 3)", lambda x: torch.threshold(x, nan, 3.0), True),
     ("nan_to_num()", torch.nan_to_num, True),
     ("nan_to_num(nan=3)", lambda x: torch.nan_to_num(x, nan=3.0), True),
     (
