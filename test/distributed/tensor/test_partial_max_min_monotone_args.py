@@ -44,8 +44,6 @@ MONOTONE = [
     ("threshold(0, 0)", lambda x: torch.threshold(x, 0.0, 0.0), True),
     ("threshold(-2.5, -2.5)", lambda x: torch.threshold(x, -2.5, -2.5), True),
     ("F.threshold(1, -1)", lambda x: F.threshold(x, 1.0, -1.0), True),
-    # no x > nan: the constant 3 everywhere, whatever the order of the locals
-    ("threshold(nan, 3)", lambda x: torch.threshold(x, nan, 3.0), True),
     ("nan_to_num()", torch.nan_to_num, True),
     ("nan_to_num(nan=3)", lambda x: torch.nan_to_num(x, nan=3.0), True),
     (
@@ -65,6 +63,8 @@ MONOTONE = [
         ),
         True,
     ),
+    # no x > nan: the constant 3 everywhere, whatever the order of the locals
+    ("threshold(nan, 3)", lambda x: torch.threshold(x, nan, 3.0), True),
 ]
 NOT_MONOTONE = [
     ("threshold(0, 10)", lambda x: torch.threshold(x, 0.0, 10.0), False),
