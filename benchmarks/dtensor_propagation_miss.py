@@ -260,6 +260,12 @@ def cases(meshes):
             ),
         ),  # fmt: skip
         ("R.addcmul_(x, x), x = P", replicate_plus(lambda x, r: r.addcmul_(x, x, value=0.5))),
+        # 0020 / 0012: an integer or bool Partial(sum) meets a float operand (reduced or
+        # converted first); a 0-dim float64 operand the op narrows into float32
+        ("int64 P + f32 R", mixed(operator.add, [(Partial(), i64), (Replicate(), f32)])),
+        ("bool P + f32 R", mixed(operator.add, [(Partial(), torch.bool), (Replicate(), f32)])),
+        ("int32 P * 0.5", op(lambda x: x * 0.5, dtype=i32)),
+        ("P + 0-dim f64", op(lambda x: x + torch.tensor(0.5, dtype=torch.float64))),
         # a Partial(max/min) through add/sub/neg: kept for floating dtypes, reduced
         # first for an integer computation (its arithmetic wraps)
         ("P(max) + R", mixed(operator.add, [(Partial("max"), f32), (Replicate(), f32)])),
