@@ -82,6 +82,36 @@ def assert_each_bucket_once(test, calls, module, msg):
     return len(counts)
 
 
+def run_and_compare(
+    test, schedule, modules, layout, dp_rank, dp, name, calls=None, on_step=None
+):
+    """Runs ``N_STEPS`` steps of ``schedule``, whose stages ``layout`` (of
+    ``len(modules)``) this rank holds with ``modules``, on data replica
+    ``dp_rank`` of ``dp``. After each step (and ``on_step(step)``), the
+    gradients of these stages equal ``reference_grads``, and, where ``calls``
+    maps each stage to its comm hook calls, DDP handed each bucket to the hook
+    once; then the gradients and calls are cleared."""
+    n_stages = len(modules)
+    for step in range(N_STEPS):
+        x, y = data(step, dp_rank)
+        args = (x,) if 0 in layout else ()
+        kwargs = {"target": y} if n_stages - 1 in layout else {}
+        schedule.step(*args, **kwargs)
+        if on_step is not None:
+            on_step(step)
+        reference = reference_grads(build(n_stages), step, dp)
+        for i in layout:
+            msg = f"{name}, step {step}, stage {i}"
+            if calls is not None:
+                assert_each_bucket_once(test, calls[i], modules[i], msg)
+                calls[i].clear()
+            for (pname, p), ref in zip(
+                modules[i].named_parameters(), reference[i].parameters(), strict=True
+            ):
+                torch.testing.assert_close(p.grad, ref.grad, msg=f"{msg} {pname}")
+                p.grad = None
+
+
 class ScheduleDDPMetadataTest(TwoRankGlooTestCase):
     def test_ddp_fused_backward_two_steps(self):
         self.init_gloo()
@@ -109,26 +139,9 @@ class ScheduleDDPMetadataTest(TwoRankGlooTestCase):
                     n_microbatches=N_MICROBATCHES,
                     loss_fn=loss_fn,
                 )
-                for step in range(N_STEPS):
-                    x, y = data(step, dp_rank)
-                    if 0 in layout:
-                        schedule.step(x, target=y)
-                    else:
-                        schedule.step(target=y)
-                    reference = reference_grads(build(n_stages), step, dp)
-                    for stage, i in zip(stages, layout, strict=True):
-                        msg = f"{name}, step {step}, stage {i}"
-                        assert_each_bucket_once(self, calls[i], modules[i], msg)
-                        calls[i].clear()
-                        for (pname, p), ref in zip(
-                            modules[i].named_parameters(),
-                            reference[i].parameters(),
-                            strict=True,
-                        ):
-                            torch.testing.assert_close(
-                                p.grad, ref.grad, msg=f"{msg} {pname}"
-                            )
-                            p.grad = None
+                run_and_compare(
+                    self, schedule, modules, layout, dp_rank, dp, name, calls
+                )
                 dist.barrier()
         dist.destroy_process_group()
 

@@ -1,27 +1,34 @@
 # Owner(s): ["oncall: distributed"]
-"""DistributedDataParallel(static_graph=True) on the stages of a pipeline of more than
-one stage is refused when the schedule initializes its stages for a backward, at
-every step, with the same error on every rank and before anything is computed or
-exchanged; a pipeline of one stage keeps it, and so does a DDP over a one-rank group.
+"""DistributedDataParallel(static_graph=True) on a stage past the first of a pipeline
+is refused when the schedule initializes its stages for a backward, at every step,
+with the same error on every rank (also on the ranks whose own stages do not have
+the option) and before anything is computed or exchanged; the first stage keeps it,
+and so does a DDP over a one-rank group. The pipeline ranks agree in the all-reduce
+that the schedule already runs when it initializes its stages: no other collective,
+and none in later steps.
 
-Two ranks (world size 2, gloo), float64, two steps: (dp, pp) = (2, 1) under
-ScheduleInterleaved1F1B (four stages per rank, fused backwards) is refused; (2, 1)
-under Schedule1F1B with one stage, and (1, 2) under Schedule1F1B, ScheduleGPipe (one
-stage per rank) and ScheduleInterleaved1F1B (two stages per rank) give gradients equal
-to a single-process reference averaged over the replicas. The data- and
-pipeline-parallel groups time out after 30 s, so a rank left waiting fails instead of
-hanging."""
+Four ranks (world size 4, gloo), float64, two steps: at (dp, pp) = (2, 2) under
+Schedule1F1B, the option on stage 0 only gives gradients equal to a single-process
+reference averaged over the replicas, with one all-reduce over the pipeline group
+in the first step and none in the second; the option on stage 1 only, or on both
+stages, is refused on all four ranks. (4, 1) under ScheduleInterleaved1F1B (four
+stages per rank) is refused; (4, 1) under Schedule1F1B with one stage, and (1, 4)
+under Schedule1F1B, ScheduleGPipe (one stage per rank) and ScheduleInterleaved1F1B
+(two stages per rank) give the reference gradients. The data- and pipeline-parallel
+groups time out after 30 s, so a rank left waiting fails instead of hanging."""
+
+from datetime import timedelta
+from unittest import mock
 
 import torch
 import torch.distributed as dist
-from test_schedule_ddp import build, DP, PG_TIMEOUT
 from test_schedule_ddp_manual_scale_grads import (
     data,
     loss_fn,
     N_MICROBATCHES,
     TwoRankGlooTestCase,
 )
-from test_schedule_ddp_metadata import N_STEPS, reference_grads
+from test_schedule_ddp_metadata import build, N_STEPS, run_and_compare
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     Schedule1F1B,
@@ -31,82 +38,111 @@ from torch.distributed.pipelining.schedules import (
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.testing._internal.common_utils import run_tests
 
+PG_TIMEOUT = timedelta(seconds=30)
+WORLD = 4
+
 
 class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
-    def test_ddp_static_graph_several_stages(self):
-        # Without the refusal, ScheduleInterleaved1F1B's stages 1-3 get wrong
-        # gradients without an error.
+    @property
+    def world_size(self) -> int:
+        return WORLD
+
+    def groups(self, dp, pp):
+        """This rank's data- and pipeline-parallel groups for (dp, pp), rank =
+        dp_rank * pp + pp_rank; every rank creates every group, in one order."""
+        dp_groups = [
+            dist.new_group(list(range(r, WORLD, pp)), timeout=PG_TIMEOUT)
+            for r in range(pp)
+        ]
+        pp_groups = [
+            dist.new_group(list(range(r * pp, (r + 1) * pp)), timeout=PG_TIMEOUT)
+            for r in range(dp)
+        ]
+        return dp_groups[self.rank % pp], pp_groups[self.rank // pp]
+
+    def test_ddp_static_graph(self):
+        # Without the refusal, the stages past the first get wrong gradients
+        # without an error; refused on the ranks that have the option only, the
+        # others would wait in the schedule's first exchange.
         self.init_gloo()
-        singles = [dist.new_group([r], timeout=PG_TIMEOUT) for r in range(DP)]
-        pair = dist.new_group(list(range(DP)), timeout=PG_TIMEOUT)
         refused = (
-            r"static_graph=True.* a pipeline of more than one stage \(stages "
-            r"\[{}\] of {} on this rank\)"
+            r"static_graph=True\) is not supported on the stages of a pipeline "
+            r"past the first: stages \[{}\] of {} have it"
         )
-        for schedule_cls, n_stages, (dp, pp), dp_group, pp_group, mine in (
-            (
-                ScheduleInterleaved1F1B,
-                4,
-                (DP, 1),
-                pair,
-                singles[self.rank],
-                [0, 1, 2, 3],
-            ),
+        all_reduce = dist.all_reduce
+        for schedule_cls, per_rank, (dp, pp), static, rejected in (
+            (Schedule1F1B, 1, (2, 2), {0}, None),
+            (Schedule1F1B, 1, (2, 2), {1}, [1]),
+            (Schedule1F1B, 1, (2, 2), {0, 1}, [1]),
+            (ScheduleInterleaved1F1B, 4, (4, 1), {0, 1, 2, 3}, [1, 2, 3]),
+            (Schedule1F1B, 1, (4, 1), {0}, None),
             # a one-rank DDP group: kept (its all-reduces change no value)
-            (Schedule1F1B, 2, (1, DP), singles[self.rank], pair, [self.rank]),
-            (ScheduleGPipe, 2, (1, DP), singles[self.rank], pair, [self.rank]),
-            (
-                ScheduleInterleaved1F1B,
-                4,
-                (1, DP),
-                singles[self.rank],
-                pair,
-                [self.rank, self.rank + DP],
-            ),
-            (Schedule1F1B, 1, (DP, 1), pair, singles[self.rank], [0]),
+            (Schedule1F1B, 1, (1, 4), {0, 1, 2, 3}, None),
+            (ScheduleGPipe, 1, (1, 4), {0, 1, 2, 3}, None),
+            (ScheduleInterleaved1F1B, 2, (1, 4), set(range(8)), None),
         ):
-            msg = f"{schedule_cls.__name__}, (dp, pp) = {(dp, pp)}"
-            with self.subTest(msg):
+            name = f"{schedule_cls.__name__}, (dp, pp) = {(dp, pp)}, static {static}"
+            with self.subTest(name):
+                dp_group, pp_group = self.groups(dp, pp)
+                dp_rank, pp_rank = self.rank // pp, self.rank % pp
+                n_stages = per_rank * pp
+                layout = list(range(pp_rank, n_stages, pp))  # looped
                 modules = build(n_stages)
                 stages = [
                     PipelineStage(
-                        DDP(modules[i], process_group=dp_group, static_graph=True),
+                        DDP(
+                            modules[i], process_group=dp_group, static_graph=i in static
+                        ),
                         i,
                         n_stages,
                         torch.device("cpu"),
                         group=pp_group,
                     )
-                    for i in mine
+                    for i in layout
                 ]
                 schedule = schedule_cls(
-                    stages if len(stages) > 1 else stages[0],
+                    stages if per_rank > 1 else stages[0],
                     n_microbatches=N_MICROBATCHES,
                     loss_fn=loss_fn,
                 )
-                for step in range(N_STEPS):
-                    x, y = data(step, self.rank if dp > 1 else 0)
-                    args = (x,) if 0 in mine else ()
-                    kwargs = {"target": y} if n_stages - 1 in mine else {}
-                    if n_stages > 1 and dp > 1:
-                        pattern = refused.format(", ".join(map(str, mine)), n_stages)
+                if rejected is not None:
+                    pattern = refused.format(", ".join(map(str, rejected)), n_stages)
+                    for step in range(N_STEPS):
+                        x, y = data(step, dp_rank)
                         with self.assertRaisesRegex(RuntimeError, pattern):
-                            schedule.step(*args, **kwargs)
-                        for i in mine:
-                            for p in modules[i].parameters():
-                                self.assertIsNone(p.grad, msg=msg)
-                        continue
-                    schedule.step(*args, **kwargs)
-                    reference = reference_grads(build(n_stages), step, dp)
-                    for i in mine:
-                        for p, ref in zip(
-                            modules[i].parameters(),
-                            reference[i].parameters(),
-                            strict=True,
-                        ):
-                            torch.testing.assert_close(
-                                p.grad, ref.grad, msg=f"{msg}, stage {i}, step {step}"
+                            schedule.step(
+                                *((x,) if 0 in layout else ()),
+                                **({"target": y} if n_stages - 1 in layout else {}),
                             )
-                            p.grad = None
+                        for i in layout:
+                            for p in modules[i].parameters():
+                                self.assertIsNone(p.grad, msg=name)
+                else:
+                    pp_reduces = []
+
+                    def counting(tensor, *args, group=None, **kwargs):
+                        if group is pp_group:
+                            pp_reduces.append(tensor.numel())
+                        return all_reduce(tensor, *args, group=group, **kwargs)
+
+                    counts = []
+                    with mock.patch.object(dist, "all_reduce", counting):
+                        run_and_compare(
+                            self,
+                            schedule,
+                            modules,
+                            layout,
+                            dp_rank,
+                            dp,
+                            name,
+                            on_step=lambda step: counts.append(len(pp_reduces)),
+                        )
+                    if pp > 1:
+                        # The flags travel in the schedule's metadata-mode vote
+                        # (one int per stage after the mode's): one all-reduce,
+                        # in the first step only, and none in the second.
+                        self.assertEqual(pp_reduces.count(1 + n_stages), 1, msg=name)
+                        self.assertEqual(counts[1], counts[0], msg=name)
             dist.barrier()
         dist.destroy_process_group()
 
