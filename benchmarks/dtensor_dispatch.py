@@ -101,6 +101,18 @@ def cases(mesh):
 
         return setup
 
+    def zero_dim_only(placement, dtype, fn):
+        # fn(x, mask, t), t a plain 0-d tensor in an argument that a Python
+        # scalar never reaches (the op's Python binding sends a scalar to its
+        # Scalar overload), so no scalar shares its native cache entry
+        def setup():
+            x = dtensor(placement)
+            mask = DTensor.from_local(torch.rand(8, 8) > 0.5, mesh, [Replicate()], run_check=False)
+            t = torch.tensor(0.5 if dtype.is_floating_point else 2, dtype=dtype)
+            return lambda: fn(x, mask, t)
+
+        return setup
+
     def int_op(placement, dtype, fn):
         # fn(x), x an integer DTensor (a float Python scalar promotes it to the
         # default dtype, a float64 0-d tensor to float64)
@@ -225,6 +237,24 @@ def cases(mesh):
         ("x * float64 0-d tensor S(0)", scalar_tensor(S, f64)),
         ("x * float32 0-d tensor S(0)", scalar_tensor(S, f32)),
         ("x + int64 0-d tensor P(sum)", scalar_tensor(P, i64, torch.add)),
+        # A float64 / int64 0-d tensor where no Python scalar can share its key
+        (
+            "_foreach_mul(4 x S(0), float64 0-d tensor)",
+            zero_dim_only(S, f64, lambda x, m, t: torch._foreach_mul([x, x, x, x], t)),
+        ),
+        (
+            "masked_fill(mask, float64 0-d tensor) R",
+            zero_dim_only(R, f64, lambda x, m, t: x.masked_fill(m, t)),
+        ),
+        (
+            "clamp(x, min=float64 0-d tensor) R",
+            zero_dim_only(R, f64, lambda x, m, t: torch.clamp(x, min=t)),
+        ),
+        (
+            "where(mask, x, float64 0-d tensor) R",
+            zero_dim_only(R, f64, lambda x, m, t: torch.where(m, x, t)),
+        ),
+        ("x ** int64 0-d tensor S(0)", zero_dim_only(S, i64, lambda x, m, t: x**t)),
         ("sum(1, out=) S(0)", out_variant(S, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("sum(1, out=) P(sum)", out_variant(P, lambda x, o: torch.sum(x, 1, out=o), (8,))),
         ("cumsum(1, out=) S(0)", out_variant(S, lambda x, o: torch.cumsum(x, 1, out=o), (8, 8))),

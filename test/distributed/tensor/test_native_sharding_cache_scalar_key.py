@@ -200,6 +200,39 @@ class NativeShardingCacheScalarKeyTest(TestCase):
         self.assertEqual(hits_after, hits + 1)
         self.assertEqual(self.full(result), self.full(x) * 0.5)
 
+    def test_zero_dim_tensor_without_scalar_form_hits_the_native_cache(self):
+        # In these ops a Python scalar goes to a Scalar overload (_foreach_mul.Scalar,
+        # masked_fill.Scalar, clamp, where via scalar_tensor, pow.Tensor_Scalar),
+        # never as a wrapped number to the Tensor argument that holds the float64 or
+        # int64 0-d tensor, so no scalar shares its native entry: a repeated call is
+        # a native cache hit, as on a Python scalar-free op.
+        x = self.dtensor(Replicate(), lambda r: torch.tensor([1.5, -2.0, 0.5, 4.0]))
+        s = self.dtensor(Shard(0), lambda r: torch.tensor([1.5, -2.0]) + r)
+        m = self.dtensor(
+            Replicate(), lambda r: torch.tensor([True, False, True, False])
+        )
+        f64 = torch.tensor(0.75, dtype=torch.float64)
+        i64 = torch.tensor(2)
+        cases = {
+            "_foreach_mul": (lambda a, m: torch._foreach_mul([a, a], f64)[1], s),
+            "masked_fill": (lambda a, m: a.masked_fill(m, f64), x),
+            "clamp": (lambda a, m: torch.clamp(a, min=f64), x),
+            "where": (lambda a, m: torch.where(m, a, f64), x),
+            "pow": (lambda a, m: a**i64, s),
+        }
+        for name, (fn, a) in cases.items():
+            with self.subTest(op=name):
+                _clear_sharding_prop_cache()
+                with self.mode:
+                    fn(a, m)
+                    hits, _ = torch._C._get_DTensor_sharding_propagator_cache_stats()
+                    result = fn(a, m)
+                    hits_after, _ = (
+                        torch._C._get_DTensor_sharding_propagator_cache_stats()
+                    )
+                self.assertEqual(hits_after, hits + 1)
+                self.assertEqual(self.full(result), fn(self.full(a), self.full(m)))
+
 
 if __name__ == "__main__":
     run_tests()
