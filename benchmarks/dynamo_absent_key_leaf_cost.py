@@ -15,11 +15,8 @@ there (``forward`` and the names read through ``nn.Module.__getattr__``),
 
 * stock: one ``DICT_CONTAINS(contains=False)`` leaf for ``forward`` only;
 * per-name (the shadow PR on a wheel): one ``DICT_CONTAINS`` leaf per name;
-* merged (with the C++ leaf, before Python 3.12): one ``DICT_NOT_CONTAINS_KEYS`` leaf
-  holding all names, which skips its lookups for a dict whose version (``ma_version_tag``)
-  is one it passed on (it keeps up to 256 and stops adding when full);
-* merged-3.12+: the same leaf as Python 3.12+ (and a free-threaded build) compiles it:
-  no version set, every name looked up on every check.
+* merged (with the C++ leaf): one ``DICT_NOT_CONTAINS_KEYS`` leaf holding all names,
+  every name looked up on every check.
 
 It times this for a whole-model compile (one cache entry: each leaf sees the same dict on
 every call) and, with --per-block N..., for ``torch.compile`` applied to each block (one
@@ -73,33 +70,22 @@ class DICT_CONTAINS : public LeafGuard {
 #include <chrono>
 #include <memory>
 
-template <class Merged>
-void add_merged(std::shared_ptr<Merged>& merged, std::vector<std::shared_ptr<LeafGuard>>& mine,
-                py::object k) {
-  if (merged) {
-    merged->add_key(k, py::list(), py::none());
-  } else {
-    merged = std::make_shared<Merged>(nullptr, k, py::list(), py::none());
-    mine.push_back(merged);
-  }
-}
-
-// layout: 0 stock (forward only), 1 one DICT_CONTAINS per name, 2 one merged leaf (as
-// Python 3.11 compiles it: a set of passed ma_version_tags), 3 one merged leaf as 3.12+
-// and free-threaded builds compile it (no version set, every name looked up)
+// layout: 0 stock (forward only), 1 one DICT_CONTAINS per name, 2 one merged leaf
 std::vector<std::shared_ptr<LeafGuard>> make_leaves(py::list keys, int layout) {
   std::vector<std::shared_ptr<LeafGuard>> mine;
   std::shared_ptr<DICT_NOT_CONTAINS_KEYS> merged;
-  std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312> merged_312;
   for (auto key : keys) {
     py::object k = py::reinterpret_borrow<py::object>(key);
     if (layout == 0 && k.cast<std::string>() != "forward") {
       continue;
     }
     if (layout == 2) {
-      add_merged(merged, mine, k);
-    } else if (layout == 3) {
-      add_merged(merged_312, mine, k);
+      if (merged) {
+        merged->add_key(k, py::list(), py::none());
+      } else {
+        merged = std::make_shared<DICT_NOT_CONTAINS_KEYS>(nullptr, k, py::list(), py::none());
+        mine.push_back(merged);
+      }
     } else {
       mine.push_back(std::make_shared<DICT_CONTAINS>(
           nullptr, false, k, py::list(), py::none()));
@@ -197,10 +183,7 @@ def leaf_test_module():
 def build_extension():
     leaf = leaf_test_module()
     cls = leaf.added_class(leaf.the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
-    # The same class as Python 3.12+ (and a free-threaded build) compiles it: no version
-    # set, every name looked up.
-    as_312 = leaf.as_on_python_312(cls)
-    source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + as_312 + TIMING
+    source = leaf.STAND_INS + "#include <c10/util/Exception.h>\n" + cls + TIMING
     return leaf.load_source(source, "absent_key_leaf_cost", "-O2")
 
 
@@ -258,7 +241,7 @@ def per_block_dicts(blocks: int):
     return names, dicts, model
 
 
-LAYOUTS = {"stock": 0, "per-name": 1, "merged": 2, "merged-3.12+": 3}
+LAYOUTS = {"stock": 0, "per-name": 1, "merged": 2}
 
 
 def main() -> None:
@@ -288,7 +271,6 @@ def main() -> None:
         "stock": sum("forward" in n for n in names),
         "per-name": sum(len(n) for n in names),
         "merged": sum(1 for n in names if n),
-        "merged-3.12+": sum(1 for n in names if n),
     }
     print(
         f"whole-model compile, {args.blocks} blocks: {len(dicts)} module dicts, "

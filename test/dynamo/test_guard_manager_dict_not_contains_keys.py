@@ -64,8 +64,7 @@ class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
 
     def test_many_dicts_in_turn_see_a_write(self):
         # One cache entry serving many objects (torch.compile per block): the leaf
-        # skips the lookups for a dict version it passed on, and must still see a
-        # write to any of the dicts, whichever it checked last.
+        # must see a write to any of the dicts, whichever it checked last.
         root = RootGuardManager()
         self._add(root, "forward", "weight")
         dicts = [{"training": True, "i": i} for i in range(300)]
@@ -81,9 +80,9 @@ class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
         info = root.check_verbose(dicts[250])
         self.assertEqual(info.verbose_code_parts, [code("forward")])
 
-    def test_more_dicts_than_it_keeps_versions_of_see_a_write(self):
-        # Before Python 3.12 the leaf keeps at most 256 versions and stops adding when
-        # full; dicts past that are looked up every time, a write to any is seen.
+    def test_six_hundred_dicts_in_turn_see_a_write(self):
+        # More dicts than a cache of passed dict versions would hold (a fast path
+        # this leaf leaves out): a write to any of them is seen.
         root = RootGuardManager()
         self._add(root, "weight")
         dicts = [{"i": i} for i in range(600)]
@@ -98,8 +97,8 @@ class DictNotContainsKeysGuardTests(torch._dynamo.test_case.TestCase):
     def test_an_empty_instance_dict_filled_in_one_step_fails_the_check(self):
         # Python 3.12+ reports these writes to an empty dict as PyDict_EVENT_CLONED,
         # which does not give the dict a new watcher version; on 3.13.0 a plain
-        # attribute store into inline values fires no event (gh-125608). The leaf must
-        # see the shadowing key anyway.
+        # attribute store into inline values fires no event (gh-125608). The leaf,
+        # which looks its keys up on every check, must see the shadowing key.
         class Cfg:
             scale = 2.0
 

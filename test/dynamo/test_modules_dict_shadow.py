@@ -430,6 +430,57 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                 expected = run(plain_del, pattern, False)
                 self.assertEqual(run(plain_del, pattern, True), expected)
 
+    def test_instance_dict_key_deleted_in_try_both_start_states(self):
+        """`try: del o.a` / `except AttributeError` takes one branch when the key is
+        there and the other when it is not. Each cache entry has to guard its own
+        start state: the entry traced without the key raises in its trace, and
+        must not run for a later call with the key (eager deletes it and takes
+        the other branch), whichever state compiles first."""
+
+        class Obj:
+            pass
+
+        class WithGetattr:
+            def __getattr__(self, name):
+                if name == "a":
+                    return 100.0
+                raise AttributeError(name)
+
+        def del_in_try(x, o):
+            try:
+                del o.a
+            except AttributeError:
+                return x - 1
+            return x + 1
+
+        def run(cls, backend, pattern, compiled):
+            torch._dynamo.reset()
+            f = torch.compile(del_in_try, backend=backend) if compiled else del_in_try
+            outs = []
+            for present in pattern:
+                o = cls()
+                if present:
+                    o.a = 3.0
+                outs.append(f(torch.ones(1), o))
+                outs.append(sorted(o.__dict__))
+            return outs
+
+        patterns = (
+            (1, 0, 0, 1),
+            (1, 0, 1, 0),
+            (1, 1, 0, 0),
+            (0, 0, 1, 1),
+            (0, 1, 0, 1),
+        )
+        for cls in (Obj, WithGetattr):
+            for backend in ("eager", "aot_eager"):
+                for pattern in patterns:
+                    with self.subTest(
+                        cls=cls.__name__, backend=backend, pattern=pattern
+                    ):
+                        expected = run(cls, backend, pattern, False)
+                        self.assertEqual(run(cls, backend, pattern, True), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests

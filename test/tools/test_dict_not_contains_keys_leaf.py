@@ -10,21 +10,17 @@ members the class uses), and compared with the wheel's own ``DICT_CONTAINS`` lea
 passes, on dicts and non-dicts; a lookup that raises fails the check with the error
 cleared (the wheel's ``DICT_CONTAINS`` fails it with the error left set); ``check_verbose``
 must name the first key present, with that key's code parts and user stack; the leaf's
-``verbose_code_parts()`` must be every key's, in order; and before Python 3.12, where the
-leaf skips its lookups while a dict keeps a version tag it passed with, a write to
-that dict (also an empty ``__dict__`` filled by ``update()``, ``dict.__init__`` or ``|=``,
-the writes that Python 3.12's dict watcher reports as ``PyDict_EVENT_CLONED``), another
-dict, or a new dict at a freed address must be looked up again, also when the leaf sees
-more dicts in turn than it keeps versions of (it stops adding versions when full, and
-keeps the ones it has). The class is also compiled as Python 3.12+ compiles it
-(``IS_PYTHON_3_12_PLUS`` true: no version set), which must look every key up on every
-check. The ``add_dict_not_contains_key_guard`` lambda is
+``verbose_code_parts()`` must be every key's, in order; every check must look every key
+up (no state kept between checks: the class has no preprocessor branch and reads no dict
+version), so a write to a dict (also an empty ``__dict__`` filled by ``update()``,
+``dict.__init__`` or ``|=``), another dict, or a new dict at a freed address is seen, also
+with many dicts in turn. The ``add_dict_not_contains_key_guard`` lambda is
 compiled from the patch text too, against stand-ins of ``GuardManager`` and
 ``DictGuardManager`` (their members the lambda uses, copied): keys of one manager join
 one leaf next to other leaves, another manager gets its own, a ``DictGuardManager``
-permits it, and a clone (sharing leaf objects, as ``clone_common`` does) shares the leaf
-and its versions. What this does not cover: guards.cpp's real GuardManager, accessors
-and Python 3.12+'s watcher-based versions; the binding is tested by
+permits it, and a clone (sharing leaf objects, as ``clone_common`` does) shares the leaf.
+What this does not cover: guards.cpp's real GuardManager and accessors; the binding is
+tested by
 test/dynamo/test_guard_manager_dict_not_contains_keys.py in a source build.
 """
 
@@ -56,12 +52,6 @@ STAND_INS = r"""
 namespace py = pybind11;
 
 class RootGuardManager;
-
-// guards.cpp's get_dict_version_unchecked as it reads before Python 3.12, which this
-// test runs on; from 3.12 guards.cpp reads a dict watcher's counter instead.
-static uint64_t get_dict_version_unchecked(PyObject* dict) {
-  return ((PyDictObject*)dict)->ma_version_tag;
-}
 
 // As in guards.cpp, reduced to what DICT_NOT_CONTAINS_KEYS uses.
 struct GuardDebugInfo {
@@ -183,17 +173,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         GuardDebugInfo info = self.check_verbose_nopybind(value.ptr());
         return py::make_tuple(info.result, info.verbose_code_parts, info.user_stack);
       });
-  py::class_<DICT_NOT_CONTAINS_KEYS_312, std::shared_ptr<DICT_NOT_CONTAINS_KEYS_312>>(
-      m, "DICT_NOT_CONTAINS_KEYS_312")
-      .def(py::init([](py::object key, py::list parts, py::object stack) {
-        return std::make_shared<DICT_NOT_CONTAINS_KEYS_312>(
-            nullptr, std::move(key), std::move(parts), std::move(stack));
-      }))
-      .def("add_key", &DICT_NOT_CONTAINS_KEYS_312::add_key)
-      .def("__call__", &DICT_NOT_CONTAINS_KEYS_312::check)
-      .def("check_verbose", [](DICT_NOT_CONTAINS_KEYS_312& self, py::handle value) {
-        return self.check_verbose_nopybind(value.ptr()).result;
-      });
   py::class_<GuardManager, std::shared_ptr<GuardManager>>(m, "GuardManager")
       .def(py::init([]() { return std::make_shared<GuardManager>(nullptr); }))
       .def("add_dict_not_contains_key_guard", BINDING_LAMBDA)
@@ -245,30 +224,6 @@ def binding_lambda(patch: str) -> str:
     return "\n".join(added[start:end] + ["          }"]) + "\n"
 
 
-VERSIONED = "#if !IS_PYTHON_3_12_PLUS"
-
-
-def as_on_python_312(cls: str) -> str:
-    """The class as Python 3.12+ (and a free-threaded build) compiles it, renamed."""
-    assert VERSIONED in cls, f"the leaf's version set is not under `{VERSIONED}`"
-    return cls.replace("DICT_NOT_CONTAINS_KEYS", "DICT_NOT_CONTAINS_KEYS_312").replace(
-        VERSIONED, "#if 0"
-    )
-
-
-def without_versioned_blocks(cls: str) -> str:
-    """The class's lines outside its `#if !IS_PYTHON_3_12_PLUS` ... `#endif` blocks."""
-    out, inside = [], False
-    for line in cls.splitlines():
-        if line.strip() == VERSIONED:
-            inside = True
-        elif inside and line.strip().startswith("#endif"):
-            inside = False
-        elif not inside:
-            out.append(line)
-    return "\n".join(out)
-
-
 def load_source(source: str, stem: str, opt: str = "-O1"):
     """Compile ``source`` into an extension under build/, named by its hash (so an edit to
     the patch rebuilds it and an unchanged one is reused), and import it."""
@@ -291,11 +246,7 @@ def load_source(source: str, stem: str, opt: str = "-O1"):
 def extension():
     cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
     source = (
-        STAND_INS
-        + cls
-        + as_on_python_312(cls)
-        + MANAGERS
-        + BINDINGS.replace("BINDING_LAMBDA", binding_lambda(the_patch()))
+        STAND_INS + cls + MANAGERS + BINDINGS.replace("BINDING_LAMBDA", binding_lambda(the_patch()))
     )
     return load_source(source, "dict_not_contains_keys")
 
@@ -396,8 +347,7 @@ class DictNotContainsKeysTest(TestCase):
         self.assertTrue(self.merged([["weight"]])([]))
 
     def test_a_changed_or_other_dict_is_checked_again(self):
-        # The leaf skips the lookups while a dict keeps a version it passed on; any
-        # write, or another dict, makes it look again.
+        # Every check looks the keys up: any write, or another dict, is seen.
         leaf = self.merged(["forward", "weight"])
         d = {"training": True}
         for _ in range(3):
@@ -441,9 +391,9 @@ class DictNotContainsKeysTest(TestCase):
 
     def test_many_dicts_in_turn_are_each_checked_again_after_a_write(self):
         # One cache entry serving many objects (torch.compile per block): the leaf sees
-        # a different dict on each call and remembers every version it passed on.
+        # a different dict on each call.
         leaf = self.merged(["forward", "weight"])
-        dicts = [{"training": True, "i": i} for i in range(300)]  # more than it keeps
+        dicts = [{"training": True, "i": i} for i in range(300)]
         for _ in range(3):
             for d in dicts:
                 self.assertTrue(leaf(d))
@@ -456,7 +406,7 @@ class DictNotContainsKeysTest(TestCase):
         self.assertTrue(leaf(dicts[7]))
         dicts[7]["forward"] = None
         self.assertFalse(leaf(dicts[7]))
-        # a key added after a pass: the versions passed on without it are forgotten
+        # a key added after a pass is checked from then on
         d = {"bias": 1}
         self.assertTrue(leaf(d))
         leaf.add_key("bias", [self.code("bias")], "stack2")
@@ -465,8 +415,8 @@ class DictNotContainsKeysTest(TestCase):
     def test_an_empty_instance_dict_filled_in_one_step_is_checked_again(self):
         # Python 3.12+'s dict watcher reports these writes to an empty dict as
         # PyDict_EVENT_CLONED, which upstream's dict_version_watch_callback does not
-        # give a new version; before 3.12 ma_version_tag changes, and from 3.12 the leaf
-        # has no version set. Each case: the leaf passes on the empty __dict__, then the
+        # give a new version: a leaf that skipped its lookups on a version it passed on
+        # would miss them. Each case: the leaf passes on the empty __dict__, then the
         # class attribute is shadowed by a write into it, and the check must fail.
         def fills(obj):
             yield lambda: obj.__dict__.update(scale=5.0)
@@ -475,10 +425,7 @@ class DictNotContainsKeysTest(TestCase):
             yield lambda: obj.__dict__.__ior__({"scale": 5.0})
             yield lambda: obj.__dict__.update({"scale": 5.0}.items())
 
-        makers = {
-            "before 3.12": lambda: self.merged(["scale"]),
-            "3.12+": lambda: self.ext.DICT_NOT_CONTAINS_KEYS_312("scale", [], None),
-        }
+        makers = {"merged": lambda: self.merged(["scale"])}
         for form, make in makers.items():
             for i in range(len(list(fills(Obj())))):
                 obj = Obj()
@@ -507,57 +454,28 @@ class DictNotContainsKeysTest(TestCase):
             object.__setattr__(obj, "scale", 6.0)
             self.assertFalse(leaf(obj.__dict__), form)
 
-    def test_more_dicts_than_it_keeps_versions_of_no_eviction(self):
-        # 300 dicts in turn, more than the 256 versions it keeps: it stops adding
-        # versions when full and keeps the ones it has, so the first 256 dicts are not
-        # looked up again and the others are, every time (no emptying, no cliff); a
-        # write to any of them is seen.
-        leaf = self.merged(["weight"])
+    def test_every_check_looks_every_key_up(self):
+        # No state is kept between checks: the class has no preprocessor branch and reads
+        # no dict version, and each check of each of 300 dicts, a first pass or a later
+        # one, looks every key up.
+        cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
+        self.assertNotIn("#if", cls)
+        self.assertNotIn("version", cls)
+        leaf = self.merged(["weight", "bias"])
         per_lookup = eq_calls_per_lookup()
         dicts = [{CountingKey(): i} for i in range(300)]
-        CountingKey.calls = 0
-        for d in dicts:
-            self.assertTrue(leaf(d))
-        self.assertEqual(CountingKey.calls, 300 * per_lookup)
         for _ in range(3):
             CountingKey.calls = 0
             for d in dicts:
                 self.assertTrue(leaf(d))
-            self.assertEqual(CountingKey.calls, (300 - 256) * per_lookup)
+            self.assertEqual(CountingKey.calls, 300 * per_lookup)
         for i in (0, 255, 256, 299):
             dicts[i]["weight"] = 1
-        for _ in range(2):
-            for i, d in enumerate(dicts):
-                self.assertEqual(leaf(d), i not in (0, 255, 256, 299), i)
-        for i in (0, 256):
-            del dicts[i]["weight"]
-            self.assertTrue(leaf(dicts[i]))
-        # a key added empties the set: every dict is looked up again, then kept anew
-        leaf.add_key("bias", [self.code("bias")], "stack1")
-        CountingKey.calls = 0
-        self.assertTrue(leaf(dicts[1]))
-        self.assertEqual(CountingKey.calls, per_lookup)
-        self.assertTrue(leaf(dicts[1]))
-        self.assertEqual(CountingKey.calls, per_lookup)
-
-    def test_on_python_312_every_check_looks_every_key_up(self):
-        # The class as 3.12+ compiles it has no version set: nothing read from the
-        # dict's version decides a check.
-        cls = added_class(the_patch(), "class DICT_NOT_CONTAINS_KEYS : public LeafGuard {")
-        outside = without_versioned_blocks(cls)
-        self.assertNotIn("get_dict_version_unchecked", outside)
-        self.assertNotIn("_passed_versions", outside)
-        leaf = self.ext.DICT_NOT_CONTAINS_KEYS_312("weight", [], None)
-        leaf.add_key("bias", [], None)
-        per_lookup = eq_calls_per_lookup()
-        d = {CountingKey(): 1}
-        CountingKey.calls = 0
-        for n in range(1, 4):
-            self.assertTrue(leaf(d))
-            self.assertEqual(CountingKey.calls, n * per_lookup)
+        for i, d in enumerate(dicts):
+            self.assertEqual(leaf(d), i not in (0, 255, 256, 299), i)
         for value, expected in (({"bias": 1}, False), ({"x": 1}, True), ([], True)):
             self.assertEqual(leaf(value), expected)
-            self.assertEqual(leaf.check_verbose(value), expected)
+            self.assertEqual(leaf.check_verbose(value)[0], expected)
 
     def test_the_binding_merges_the_keys_of_one_manager_into_one_leaf(self):
         # The add_dict_not_contains_key_guard lambda, compiled from the patch text,
@@ -599,7 +517,7 @@ class DictNotContainsKeysTest(TestCase):
         self.assertTrue(manager.check({"x": 1}))
         self.assertFalse(manager.check({"weight": 1}))
 
-    def test_a_clone_shares_the_leaf_and_its_versions(self):
+    def test_a_clone_shares_the_leaf(self):
         manager = self.ext.GuardManager()
         for key in ("forward", "weight"):
             manager.add_dict_not_contains_key_guard(key, [self.code(key)], None)
@@ -609,7 +527,7 @@ class DictNotContainsKeysTest(TestCase):
         self.assertIs(cloned_leaf, leaf)
         d = {"x": 1}
         self.assertTrue(clone.check(d))
-        self.assertTrue(manager.check(d))  # the version the clone passed on
+        self.assertTrue(manager.check(d))
         d["weight"] = 1
         self.assertFalse(manager.check(d))
         self.assertFalse(clone.check(d))
