@@ -3,6 +3,7 @@
 # here because the project never edits upstream files.
 
 import collections
+import functools
 
 import torch
 import torch._dynamo.test_case
@@ -480,6 +481,76 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                     ):
                         expected = run(cls, backend, pattern, False)
                         self.assertEqual(run(cls, backend, pattern, True), expected)
+
+    def test_instance_dict_key_deleted_from_a_replaced_dict(self):
+        """A frame that replaces o.__dict__ and deletes a key of the new dict does
+        not depend on the key being in the old one: no guard on it, and every
+        later call, whatever the old dict held, ends with eager's dict."""
+
+        class Obj:
+            pass
+
+        def replace_and_del(x, o):
+            o.__dict__ = {"a": 1.0, "b": 2.0}
+            del o.a
+            return x + len(o.__dict__)
+
+        def run(backend, compiled):
+            torch._dynamo.reset()
+            f = (
+                torch.compile(replace_and_del, backend=backend)
+                if compiled
+                else replace_and_del
+            )
+            outs = []
+            for present in (1, 0, 1, 0):
+                o = Obj()
+                if present:
+                    o.a = 3.0
+                outs.append(f(torch.ones(1), o))
+                outs.append(dict(o.__dict__))
+            return outs
+
+        for backend in ("eager", "aot_eager"):
+            with self.subTest(backend=backend):
+                self.assertEqual(run(backend, True), run(backend, False))
+
+    def test_cached_property_invalidated_in_compiled_step(self):
+        """The usual invalidation of a functools.cached_property inside a step:
+        `try: del c.scale` / `except AttributeError: pass`. A step run while no
+        value is cached must not stop later steps from dropping one."""
+
+        class Cfg:
+            def __init__(self):
+                self.base = 1.0
+
+            @functools.cached_property
+            def scale(self):
+                return self.base * 3
+
+        def step(x, c):
+            try:
+                del c.scale
+            except AttributeError:
+                pass
+            return x + 1
+
+        def run(f):
+            c = Cfg()
+            seen = []
+            for k, read in enumerate((1, 0, 1, 0, 1)):
+                c.base = float(k + 1)
+                if read:
+                    seen.append(c.scale)
+                f(torch.ones(1), c)
+            return seen
+
+        expected = run(step)
+        self.assertEqual(expected, [3.0, 9.0, 15.0])
+        for backend in ("eager", "aot_eager"):
+            with self.subTest(backend=backend):
+                torch._dynamo.reset()
+                self.assertEqual(run(torch.compile(step, backend=backend)), expected)
 
 
 if __name__ == "__main__":
