@@ -63,7 +63,8 @@ MONOTONE = [
         ),
         True,
     ),
-    # no x > nan: the constant 3 everywhere, whatever the order of the locals
+    # x <= nan never holds: the identity (torch.threshold's kernel), whatever the
+    # order of the locals
     ("threshold(nan, 3)", lambda x: torch.threshold(x, nan, 3.0), True),
 ]
 NOT_MONOTONE = [
@@ -78,6 +79,147 @@ NOT_MONOTONE = [
     (
         "nan_to_num(posinf=-6, neginf=6)",
         lambda x: torch.nan_to_num(x, posinf=-6.0, neginf=6.0),
+        False,
+    ),
+]
+
+# The kernel reads the scalars in the input's dtype (threshold's t in float32
+# for a half or bfloat16 input on CPU): compared there, not as Python numbers.
+# (name, dtype, locals per rank, fn, keeps the Partial)
+F16 = [
+    [0.1, 1.0, 5.0, -1.0],
+    [0.0999755859375, 0.5, -3.0, 2.0],
+    [0.10003662109375, 0.999, 0.5, 0.0],
+]
+INTS = [[5, -1, 0, 1], [-3, 2, 1, 0], [0, 0, -2, 3]]
+U8 = [[0, 7, 6], [1, 3, 0], [2, 0, 5]]
+F16_INF = [[inf, 1.0, -inf], [65504.0, -inf, 2.0], [3.0, 4.0, 65504.0]]
+CAST = [
+    # uint8 wraps v = -1 to 255: x <= 0 gives 255, x = 1 stays 1
+    (
+        "uint8 threshold(0, -1)",
+        torch.uint8,
+        U8,
+        lambda x: torch.threshold(x, 0, -1),
+        False,
+    ),
+    # -250 is 6, the value next above t = 5
+    (
+        "uint8 threshold(5, -250)",
+        torch.uint8,
+        U8,
+        lambda x: torch.threshold(x, 5, -250),
+        True,
+    ),
+    # t = -1 is 255: every x becomes 0
+    (
+        "uint8 threshold(-1, 0)",
+        torch.uint8,
+        U8,
+        lambda x: torch.threshold(x, -1, 0),
+        True,
+    ),
+    # 1e-300 is 0 in float32
+    (
+        "float32 threshold(0, 1e-300)",
+        torch.float32,
+        LOCALS,
+        lambda x: torch.threshold(x, 0.0, 1e-300),
+        True,
+    ),
+    # ... but not in float64, where 5e-324 lies between
+    (
+        "float64 threshold(0, 1e-300)",
+        torch.float64,
+        LOCALS,
+        lambda x: torch.threshold(x, 0.0, 1e-300),
+        False,
+    ),
+    # an integer t and v truncate; v = 1 is the value next above t = 0
+    (
+        "int32 threshold(0, 0.5)",
+        torch.int32,
+        INTS,
+        lambda x: torch.threshold(x, 0, 0.5),
+        True,
+    ),
+    (
+        "int32 threshold(-0.5, 0)",
+        torch.int32,
+        INTS,
+        lambda x: torch.threshold(x, -0.5, 0),
+        True,
+    ),
+    (
+        "int32 threshold(0, 1)",
+        torch.int32,
+        INTS,
+        lambda x: torch.threshold(x, 0, 1),
+        True,
+    ),
+    (
+        "int32 threshold(0, 2)",
+        torch.int32,
+        INTS,
+        lambda x: torch.threshold(x, 0, 2),
+        False,
+    ),
+    # float16 0.10001 is 0.10004, the value next above 0.1 (0.09998 in
+    # float16, 0.1 in float32); 0.1001 is 0.10010, with 0.10004 between
+    (
+        "float16 threshold(0.1, 0.10001)",
+        torch.float16,
+        F16,
+        lambda x: torch.threshold(x, 0.1, 0.10001),
+        True,
+    ),
+    (
+        "float16 threshold(0.1, 0.1001)",
+        torch.float16,
+        F16,
+        lambda x: torch.threshold(x, 0.1, 0.1001),
+        False,
+    ),
+    # bfloat16 0.1 and 0.1001 are both 0.10010, and no bfloat16 value lies
+    # between float32's 0.1 and 0.10010
+    (
+        "bfloat16 threshold(0.1, 0.1001)",
+        torch.bfloat16,
+        F16,
+        lambda x: torch.threshold(x, 0.1, 0.1001),
+        True,
+    ),
+    # 0.9999 is 1.0 in float16 but not in float32 (CPU's compare): v = 1.0 is
+    # t in float16 and the value next above t in float32
+    (
+        "float16 threshold(0.9999, 1)",
+        torch.float16,
+        F16,
+        lambda x: torch.threshold(x, 0.9999, 1.0),
+        True,
+    ),
+    # ... but 1.00098, the value next above 1.0, is not next above float32's
+    # 0.9999: x = 1.0 stays 1.0 on CPU while 0.5 becomes 1.00098
+    (
+        "float16 threshold(0.9999, 1.00098)",
+        torch.float16,
+        F16,
+        lambda x: torch.threshold(x, 0.9999, 1.0009765625),
+        False,
+    ),
+    # float16 65490 is 65504, its largest value; 65480 is 65472
+    (
+        "float16 nan_to_num(posinf=65490)",
+        torch.float16,
+        F16_INF,
+        lambda x: torch.nan_to_num(x, posinf=65490.0, neginf=-65490.0),
+        True,
+    ),
+    (
+        "float16 nan_to_num(posinf=65480)",
+        torch.float16,
+        F16_INF,
+        lambda x: torch.nan_to_num(x, posinf=65480.0),
         False,
     ),
 ]
@@ -214,6 +356,61 @@ class PartialMaxMinMonotoneArgsTest(DTensorContinuousTestBase):
                         Replicate(),
                         1,
                     )
+
+    def test_scalars_compared_in_the_input_dtype(self):
+        mesh = self.build_device_mesh()
+        for reduce_op in ("max", "min"):
+            for name, dtype, locals_, fn, keeps in CAST:
+                with self.subTest(name, reduce_op=reduce_op):
+                    self._check(
+                        fn,
+                        self._partial(mesh, reduce_op, dtype, locals_),
+                        fn(self._reduced(reduce_op, dtype, locals_)),
+                        Partial(reduce_op) if keeps else Replicate(),
+                        0 if keeps else 1,
+                    )
+            # In place: the arguments that keep the order in the dtype keep
+            # the Partial; uint8's wrapped -1 is refused.
+            for name, dtype, locals_, fn in (
+                (
+                    "float32 threshold_(0, 1e-300)",
+                    torch.float32,
+                    LOCALS,
+                    lambda x: torch.threshold_(x, 0.0, 1e-300),
+                ),
+                (
+                    "int32 threshold_(0, 0.5)",
+                    torch.int32,
+                    INTS,
+                    lambda x: torch.threshold_(x, 0, 0.5),
+                ),
+                (
+                    "float16 threshold_(0.1, 0.10001)",
+                    torch.float16,
+                    F16,
+                    lambda x: torch.threshold_(x, 0.1, 0.10001),
+                ),
+                (
+                    "float16 nan_to_num_(posinf=65490)",
+                    torch.float16,
+                    F16_INF,
+                    lambda x: x.nan_to_num_(posinf=65490.0),
+                ),
+            ):
+                with self.subTest(name, reduce_op=reduce_op):
+                    self._check(
+                        fn,
+                        self._partial(mesh, reduce_op, dtype, locals_),
+                        fn(self._reduced(reduce_op, dtype, locals_)),
+                        Partial(reduce_op),
+                        0,
+                    )
+            with self.subTest("uint8 threshold_(0, -1)", reduce_op=reduce_op):
+                x = self._partial(mesh, reduce_op, torch.uint8, U8)
+                before = x.to_local().clone()
+                with self.assertRaisesRegex(RuntimeError, "in-place operations"):
+                    torch.threshold_(x, 0, -1)
+                self.assertEqual(x.to_local(), before)
 
     def test_other_dtypes(self):
         mesh = self.build_device_mesh()

@@ -575,6 +575,33 @@ class DistPartialSumPromotionTest(DTensorContinuousTestBase):
             out.full_tensor(), torch.tensor([[44, 44]], dtype=i8), atol=0, rtol=0
         )
 
+    def test_nan_to_num_scalars_do_not_promote_an_integer_input(self):
+        # nan_to_num converts nan, posinf and neginf into the input's dtype (an
+        # integer or bool input has none to replace): its out= of the input's
+        # dtype is no cast, and a Partial("max"/"min") input stays pending.
+        mesh = self.build_device_mesh()
+        if dist.get_backend() == "gloo":
+            return  # int8 all-reduce; the LocalTensor twin checks it
+        for reduce_op in ("max", "min"):
+            for name, x, kwargs in [
+                ("int8 nan=3.0", P(i8, [[127, 0, 1, -128]], [[-128, 1, 0, 3]], reduce_op), {"nan": 3.0}),
+                ("int32 posinf, neginf", P(i32, [[5, -7]], [[-2, 9]], reduce_op), {"posinf": 1e30, "neginf": -1e30}),
+                ("bool nan=3.0", P(torch.bool, [[True, False, True]], [[False, False, True]], reduce_op), {"nan": 3.0}),
+            ]:  # fmt: skip
+                with self.subTest(name, reduce_op=reduce_op):
+                    plain = reduced_value(x)
+                    zeros = [[0] * plain.shape[-1]]
+                    out = self._dtensor(mesh, P(x[2], zeros, zeros, reduce_op))
+                    count = self._run_out(
+                        lambda t, out: torch.nan_to_num(t, **kwargs, out=out),
+                        [self._dtensor(mesh, x)],
+                        out,
+                    )
+                    self.assertEqual(count, 0)
+                    self.assertEqual(out.placements, (Partial(reduce_op),))
+                    truth = torch.nan_to_num(plain, **kwargs)
+                    self.assertEqual(out.full_tensor(), truth, atol=0, rtol=0)
+
     def test_a_replicate_operand_into_a_max_min_or_avg_partial(self):
         # Every rank computes the same value from Replicate operands, and one
         # value on every rank is a Partial("max"/"min"/"avg") of itself in any
