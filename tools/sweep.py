@@ -504,6 +504,17 @@ def sweep_configs(
     return code
 
 
+# Rules the overlay still calls incorrect that are stated exceptions (a validator limit, with
+# the test that shows it), keyed (configuration, op, dtype, rule); every other such row is
+# listed in sweep.md as open (a rule bug until shown otherwise).
+STATED_EXCEPTIONS: dict[tuple[str, str, str, str], str] = {}
+
+# The wrong rules the review of 2026-11-26 (issue 25) found the validator PRs let through:
+# add P(sum), R -> P(sum) next to a 1e6 element; all/any/all.dim on bool Partials; gcd of a
+# P(product). sweep.md shows each side's verdict on them.
+ISSUE25_CASES = ("review-add-outlier", "review-all", "review-any", "review-all-dim", "review-gcd")
+
+
 def configs_markdown(out: Path, configs: Sequence[str]) -> str:
     lines = ["# Strategy validator sweep per configuration: stock vs overlay", "",
              "Incorrect rules (stock / overlay), ops validated and ops not run per "
@@ -539,6 +550,68 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
             )
     lines += ["", "Not checked (validator limits):", ""]
     lines += [f"- {name}: {why}" for name, why in UNSUPPORTED.items()]
+    lines += ["", "## Rules the overlay still calls incorrect, and ops it could not run", ""]
+    lines += ["| configuration | op | dtype | rule | stock | example | reason |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    left = 0
+    for config in configs:
+        path = out / f"sweep-{config}.json"
+        if not path.is_file():
+            continue
+        report = json.loads(path.read_text())
+        for row in report["rows"]:
+            if row["overlay"] != "incorrect":
+                continue
+            left += 1
+            reason = STATED_EXCEPTIONS.get(
+                (config, row["op"], row["dtype"], row["rule"]), "open: no stated reason")
+            example = row["example"].replace("|", "\\|")
+            lines.append(f"| {config} | {row['op']} | {row['dtype']} | `{row['rule']}` "
+                         f"| {row['stock']} | {example} | {reason} |")  # fmt: skip
+        for f in report["failures"]:
+            if f["variant"] == "overlay":
+                left += 1
+                lines.append(f"| {config} | {f['op']} | {f['dtype']} | (not run: {f['status']}) "
+                             f"| | {f['detail'].replace('|', '/')[:120]} | open |")  # fmt: skip
+    if not left:
+        lines.append("| (none) | | | | | | |")
+    return "\n".join(lines) + "\n" + mutations_section(out)
+
+
+def mutations_section(out: Path) -> str:
+    """The kill rate of ``out/sweep-mutations.json`` (``sweep --mutations``) per family,
+    stock vs overlay, and each side's verdict on the issue-25 cases; empty without it."""
+    path = out / "sweep-mutations.json"
+    if not path.is_file():
+        return ""
+    from tools.mutations import CORPUS, load
+
+    report = json.loads(path.read_text())
+    entries = {e["id"]: e for e in load(CORPUS)["entries"]}
+    lines = ["", "## Wrong rules the validator rejects (`sweep --mutations`)", "",
+             f"`sweep-mutations.json`: {report['rules']} wrong rules of "
+             f"`tools/strategy_mutations.json`, world size {report['settings']['world_size']}, "
+             f"overlay files {report['overlay_files'][:12]}. Killed: the validator reports "
+             "the rule; detected: killed, wrong on the sample itself, and the rule it was "
+             "mutated from not reported too.", "",
+             "| family | wrong rules | killed stock | killed overlay "
+             "| detected stock | detected overlay | overlay at least stock's |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for family, row in sorted(report["kill_rate"]["family"].items()):
+        ok = row["overlay"] >= row["stock"] and row["overlay_signal"] >= row["stock_signal"]
+        lines.append(f"| {family} | {row['rules']} | {row['stock']} | {row['overlay']} "
+                     f"| {row['stock_signal']} | {row['overlay_signal']} "
+                     f"| {'yes' if ok else 'NO'} |")  # fmt: skip
+    lines += ["", f"Killed on stock and not with the overlay (with signal): {len(report['lost'])}"
+              + "".join(f"; `{i}`" for i, _ in report["lost"]) + ".", "",
+              "Issue 25's cases (review of 2026-11-26):", "",
+              "| entry | op | dtype | rule | stock | overlay |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for case in ISSUE25_CASES:
+        e = entries.get(case, {})
+        rule = " -> ".join(", ".join(side) for side in e.get("rule", []))
+        verdicts = [report["results"][v].get(case, {}).get("verdict", "not run") for v in VARIANTS]
+        lines.append(f"| `{case}` | {e.get('op', '?')} | {e.get('dtype', '?')} | `{rule}` "
+                     f"| {verdicts[0]} | {verdicts[1]} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -22,10 +22,15 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from tools import cli, mutations
 from tools.active import environment
 from tools.sweep import (
+    ISSUE25_CASES,
     MARK,
+    configs_markdown,
+    failures,
+    mutation_summary,
     ops_without_rule,
     rows,
     run_batch,
+    summary,
     sweep,
     sweep_missing,
     sweep_mutations,
@@ -172,6 +177,63 @@ class MutationWorldSizeTest(TestCase):
         self.assertEqual(run.call_args.kwargs["world_size"], 3)
 
 
+class ConfigsMarkdownTest(TestCase):
+    # sweep.md (issue 25's "Done when"): per configuration and dtype the incorrect rules,
+    # then every rule the overlay still calls incorrect and every op it could not run,
+    # and, when the out dir has sweep-mutations.json, the kill rate per family stock vs
+    # overlay and each side's verdict on issue 25's cases.
+    def test_overlay_rows_failures_and_mutation_kill_rate(self):
+        rule = "aten.div.Tensor: P(sum), R -> P(sum)"
+        results = {
+            "stock": {"bool": {
+                "div": {"op": "div", "status": "ok", "samples": 1, "incorrect": {rule: "shapes []"}},
+                "norm": {"op": "norm", "status": "ok", "samples": 1, "incorrect": {}},
+            }},
+            "overlay": {"bool": {
+                "div": {"op": "div", "status": "ok", "samples": 1, "incorrect": {rule: "shapes []"}},
+                "norm": {"op": "norm", "status": "crash", "detail": "exit -11"},
+            }},
+        }  # fmt: skip
+        config = {"settings": {"dtypes": ["bool"]}, "summary": summary(results),
+                  "rows": rows(results), "failures": failures(results), "results": results,
+                  "complete": True, "ops": ["div", "norm"], "seconds": 1.0,
+                  "cpu_s": {"stock": 1.0, "overlay": 1.0}}  # fmt: skip
+        corpus = mutations.load()
+        cases = {"entries": [e for e in corpus["entries"] if e["id"] in ISSUE25_CASES]}
+        self.assertEqual(len(cases["entries"]), 5)
+        killed = {"verdict": "killed", "origin_reported": False}
+        kills = {
+            "stock": {e["id"]: killed for e in cases["entries"]},
+            "overlay": {
+                e["id"]: killed for e in cases["entries"] if e["id"] != "review-gcd"
+            },
+        }
+        mutation_report = {"rules": 5, "settings": {"world_size": 2}, "overlay_files": "f" * 64,
+                           "kill_rate": mutation_summary(cases, kills), "results": kills,
+                           "lost": [["review-gcd", "trial 0"]]}  # fmt: skip
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch)
+            (out / "sweep-1d-2.json").write_text(json.dumps(config))
+            text = configs_markdown(out, ["1d-2"])
+            self.assertNotIn(
+                "sweep --mutations", text
+            )  # no mutation report: no section
+            (out / "sweep-mutations.json").write_text(json.dumps(mutation_report))
+            text = configs_markdown(out, ["1d-2"])
+        self.assertIn(f"| 1d-2 | div | bool | `{rule}` | incorrect | shapes [] "
+                      "| open: no stated reason |", text)  # fmt: skip
+        self.assertIn(
+            "| 1d-2 | norm | bool | (not run: crash) | | exit -11 | open |", text
+        )
+        # binary (add outlier, gcd): the overlay kills 1 of the 2 stock kills
+        self.assertIn("| binary | 2 | 2 | 1 | 2 | 1 | NO |", text)
+        # the bool cases are wrong on other inputs of the sample's shapes (witness trial 2/3)
+        self.assertIn("| reduction | 3 | 3 | 3 | 0 | 0 | yes |", text)
+        self.assertIn("| `review-gcd` | aten.gcd.default | int64 | `P(product), R -> P(product)` "
+                      "| killed | not run |", text)  # fmt: skip
+        self.assertIn("with signal): 1; `review-gcd`.", text)
+
+
 class RowsTest(TestCase):
     def test_rule_flagged_on_either_side_is_a_row(self):
         rule = "aten.view.default: S(0) -> S(0)"
@@ -197,7 +259,9 @@ class SweepTest(TestCase):
         # The real validator on one op: stock reports view's shard rules incorrect (it
         # runs the local op with the global sizes); the overlay's validator does not.
         with tempfile.TemporaryDirectory() as out:
-            code = sweep(REPO, Path(out), dtypes=["float32"], only=["view"], max_samples=2)
+            code = sweep(
+                REPO, Path(out), dtypes=["float32"], only=["view"], max_samples=2
+            )
             report = json.loads((Path(out) / "sweep.json").read_text())
             self.assertTrue((Path(out) / "sweep.md").is_file())
         stock = report["results"]["stock"]["float32"]["view"]
@@ -219,7 +283,9 @@ class SweepTest(TestCase):
                                  max_samples=1, without_rule=False)  # fmt: skip
             report = json.loads((Path(out) / "sweep-missing-1d-2.json").read_text())
             combined = json.loads((Path(out) / "sweep-missing.json").read_text())
-            self.assertIn("| 1d-2 | float32 |", (Path(out) / "sweep-missing.md").read_text())
+            self.assertIn(
+                "| 1d-2 | float32 |", (Path(out) / "sweep-missing.md").read_text()
+            )
         self.assertEqual(code, 0)
         self.assertEqual(list(combined["configs"]), ["1d-2"])
         stock = report["results"]["stock"]["float32"]["add"]
@@ -249,7 +315,9 @@ class SweepTest(TestCase):
                               resume=True, without_rule=False, command=fake)  # fmt: skip
             report = json.loads((out / "sweep-missing-1d-2.json").read_text())
             ran = log.read_text().split()
-        self.assertEqual(sorted(ran), ["a", "a", "b", "b", "c", "c"])  # stock and overlay
+        self.assertEqual(
+            sorted(ran), ["a", "a", "b", "b", "c", "c"]
+        )  # stock and overlay
         self.assertEqual(report["ops"], ["a", "b", "c"])
         self.assertEqual(report["summary"]["overlay"]["float32"]["missing_rules"], 3)
         self.assertEqual(
@@ -264,7 +332,9 @@ class OpsWithoutRuleTest(TestCase):
         kinds = ops_without_rule()
         self.assertIn("add", kinds["rule"])
         self.assertIn("masked_select", kinds["no rule"])  # data-dependent output size
-        self.assertIn("nn.functional.conv2d", kinds["composite"])  # decomposes to convolution
+        self.assertIn(
+            "nn.functional.conv2d", kinds["composite"]
+        )  # decomposes to convolution
         names = [n for names in kinds.values() for n in names]
         self.assertEqual(len(names), len(set(names)))
 
@@ -279,7 +349,9 @@ class ValidatorLimitsTest(TestCase):
 
     def setUp(self):
         super().setUp()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=self.WORLD_SIZE)
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=self.WORLD_SIZE
+        )
 
     def tearDown(self):
         dist.destroy_process_group()
