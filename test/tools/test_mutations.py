@@ -37,6 +37,12 @@ class CorpusTest(TestCase):
             self.assertIn(kind, kinds)
         self.assertGreaterEqual(len({e["family"] for e in entries}), 6)
         self.assertTrue(all(e["witness"] for e in entries))
+        # review rev25r's rows: the gaps both validators accept are marked, and F3's
+        # witness is not one on the sample (stock kills it without signal)
+        self.assertEqual(len(mutations.KNOWN_ACCEPTED), 7)
+        self.assertLessEqual(mutations.KNOWN_ACCEPTED, ids)
+        by_id = {e["id"]: e for e in entries}
+        self.assertFalse(by_id["review11-isnan-sum-max"]["witness"].startswith("trial 0"))
         # review rev25p's families of wrong rules, each in the corpus
         groups = Counter(e["from"].split(": ")[1] for e in entries
                          if e["id"].startswith("review10-"))  # fmt: skip
@@ -170,7 +176,8 @@ class MutationSweepTest(TestCase):
         self.assertEqual(code, 0)
         overlay = report["results"]["overlay"]
         for found in mutations.FOUND:
-            self.assertEqual(overlay[found[0]]["verdict"], "killed", found[0])
+            if found[0] not in mutations.KNOWN_ACCEPTED:
+                self.assertEqual(overlay[found[0]]["verdict"], "killed", found[0])
         for family, row in report["kill_rate"]["family"].items():
             self.assertGreaterEqual(row["overlay_signal"], row["stock_signal"], family)
 
@@ -187,7 +194,8 @@ class MutationSweepTest(TestCase):
         self.assertEqual(code, 0)
         overlay = report["results"]["overlay"]
         for entry in found:
-            self.assertEqual(overlay[entry["id"]]["verdict"], "killed", entry["id"])
+            if entry["id"] not in mutations.KNOWN_ACCEPTED:
+                self.assertEqual(overlay[entry["id"]]["verdict"], "killed", entry["id"])
 
 
 if __name__ == "__main__":

@@ -1182,16 +1182,32 @@ class SplitVarietyWrongRuleTest(TestCase):
             ]
         self.run_rows(wrong, right)
         # The pieces reduce to the element under truncation, but their sum is not
-        # world_size times it.
+        # world_size times it (under the second mask; under the first, an even
+        # element of an even operand is split into two or more odd pieces of one
+        # sign instead, see test_two_odd_pieces_of_one_sign).
         for world_size in (2, 3):
             for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8):
                 t = x.abs().to(dtype) if dtype == torch.uint8 else x.to(dtype)
-                local = sv._create_partial_input(t, Partial("avg"), world_size)
-                total = sum(local._local_tensors[r] for r in range(world_size))
-                quotient = torch.div(total, world_size, rounding_mode="trunc")
-                with self.subTest(dtype=dtype, world_size=world_size):
-                    self.assertEqual(quotient.to(dtype), t)
-                    self.assertTrue((total != t * world_size).all())
+                for shift in (0, 1):
+                    local = sv._create_partial_input(
+                        t, Partial("avg"), world_size, 0, shift
+                    )
+                    pieces = [local._local_tensors[r] for r in range(world_size)]
+                    total = sum(pieces)
+                    quotient = torch.div(total, world_size, rounding_mode="trunc")
+                    even = (t.long() % 2 == 0) & (t != 0) & (shift == 0)
+                    with self.subTest(dtype=dtype, world_size=world_size, shift=shift):
+                        self.assertEqual(quotient.to(dtype), t)
+                        self.assertTrue((total[~even] != t[~even] * world_size).all())
+                        self.assertTrue((total[even] == t[even] * world_size).all())
+                        odd = [
+                            (p.long() % 2 != 0) & (p.sign() == t.sign()) for p in pieces
+                        ]
+                        # (not on the elements held whole by rank 0 or at the limits)
+                        if shift == 0:
+                            self.assertTrue(
+                                (sum(o.long() for o in odd)[even] >= 2).any()
+                            )
 
     def test_narrow_min_max_pieces_wrap_when_doubled(self):
         P, R = Partial, Replicate()
@@ -1843,6 +1859,36 @@ class AvgRemainderSignTest(TestCase):
                               ((P("avg"), R), (P("avg"),))))  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_two_odd_pieces_of_one_sign(self):
+        # Review rev25r F2: with a remainder of +-(world_size - 1) every split of an
+        # element had exactly one odd piece at 2 ranks, so a rounding toward zero that
+        # loses 1/2 on two odd pieces of one sign was never built and a wrong
+        # div(P(avg), 2, rounding_mode='trunc') -> P(avg) passed. Witness: x = -4 as
+        # pieces [-3, -5]: the rule gives trunc((-1 + -2) / 2) = -1, the truth -2.
+        P, R = Partial, Replicate()
+        PA = ((P("avg"),), (P("avg"),))
+        g = torch.Generator().manual_seed(40)
+        x = torch.randint(-9, 10, (4, 6), generator=g)
+        trunc = {"rounding_mode": "trunc"}
+        op = aten.div.Tensor_mode
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            a = x.abs().to(dtype) if dtype == torch.uint8 else x.to(dtype)
+            wrong += [
+                (f"div 2 {dtype}", op, (a, 2), trunc, PA),
+                (f"div 3 {dtype}", op, (a, 3), trunc, PA),
+                (f"div R 2 {dtype}", op, (a, torch.full_like(a, 2)), trunc,
+                 ((P("avg"), R), PA[1])),
+            ]  # fmt: skip
+            right += [
+                (f"div 1 {dtype}", op, (a, 1), trunc, PA),
+                (f"mul by R 0 {dtype}", aten.mul.Tensor, (a, torch.zeros_like(a)), {},
+                 ((P("avg"), R), PA[1])),
+            ]  # fmt: skip
+            if dtype != torch.uint8:
+                right.append((f"neg {dtype}", aten.neg.default, (a,), {}, PA))
+        self.run_rows(wrong, right)
+
     def test_splits_reduce_exactly(self):
         for world_size in (2, 3):
             for dtype in (torch.int64, torch.int8, torch.uint8):
@@ -1873,6 +1919,42 @@ class AvgRemainderSignTest(TestCase):
                         )
                         quotient = torch.div(total, world_size, rounding_mode="trunc")
                         self.assertEqual(quotient.to(dtype), t)
+
+
+class NormPartialNextToMinMaxTest(TestCase):
+    """Review rev25r F1: the sign check runs the rule on the negated sample, and a
+    negative _NormPartial input is untestable, which ended every rule with a
+    _NormPartial input and a P(max)/P(min) placement untestable before the checks
+    that follow it (the in-range split, the bool variants, the far split) ran. The
+    negated sample and the bool variants keep their _NormPartial inputs non-negative.
+    Witness (2 ranks): M = -5 as P(max) pieces [-5, -(3 * N1 + 1)], N = 1e5 as
+    _NormP(-1) pieces [1e5 / 0.7, 1e5 / 0.3]: the rule gives fmod -1, the truth -5."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def test_norm_partial_next_to_min_max(self):
+        P, R = Partial, Replicate()
+        n2, nm1 = _NormPartial(2), _NormPartial(-1)
+        g = torch.Generator().manual_seed(13)
+        m = torch.randint(-9, 10, (4, 6), generator=g).to(torch.float32)
+        big, tiny = torch.full((4, 6), 1e5), torch.full((4, 6), 1e-30)
+        norms = torch.rand(4, 6, generator=g) + 0.5
+        flags = torch.rand(4, 6, generator=g) > 0.5
+        fmod, clamp = aten.fmod.Tensor, aten.clamp.Tensor
+        wrong = [
+            ("fmod max", fmod, (m, big), {}, ((P("max"), nm1), (P("max"),))),
+            ("fmod min", fmod, (m, big), {}, ((P("min"), nm1), (P("min"),))),
+            ("clamp max -> sum", clamp, (m, tiny), {}, ((P("max"), n2), (P("sum"),))),
+        ]  # fmt: skip
+        right = [
+            ("clone with negatives", aten.clone.default, (m,), {}, ((n2,), (n2,))),
+            ("mul by R", aten.mul.Tensor, (m, norms), {}, ((n2, R), (n2,))),
+            ("clamp P(max), R", clamp, (m, tiny), {}, ((P("max"), R), (P("max"),))),
+            ("where R, P(max), R", aten.where.self, (flags, m, norms), {},
+             ((R, P("max"), R), (P("max"),))),
+        ]  # fmt: skip
+        self.run_rows(wrong, right)
 
 
 class IntegerAverageInputTest(TestCase):
