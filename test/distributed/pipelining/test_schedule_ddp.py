@@ -396,9 +396,20 @@ class DDPFourRankRunner:
         pp_groups = [dist.new_group([r, r + 1], timeout=PG_TIMEOUT) for r in (0, 2)]
         return dp_groups[self.rank % 2], pp_groups[self.rank // 2]
 
-    def _run_dp2_pp2(self, schedule_cls, config, dp_group, pp_group, refused=False):
-        """Every stage DDP with ``config`` (a DDP option set True, or "default").
-        ``refused``: every rank raises at the first step, before anything is
+    def _run_dp2_pp2(
+        self,
+        schedule_cls,
+        config,
+        dp_group,
+        pp_group,
+        refused=False,
+        option_stages=None,
+        pattern=None,
+    ):
+        """Every stage DDP with ``config`` (a DDP option set True, or "default");
+        with ``option_stages``, only those stages have the option (the others
+        default DDP) and no module holds an unused parameter. ``refused``: every
+        rank raises at the first step (matching ``pattern``), before anything is
         computed or exchanged."""
         dp, pp = 2, 2
         dp_rank, pp_rank = divmod(self.rank, pp)
@@ -409,13 +420,14 @@ class DDPFourRankRunner:
             if placement == "v"
             else list(range(pp_rank, n_stages, pp))
         )
-        with_unused = config == "find_unused_parameters"
+        with_unused = config == "find_unused_parameters" and option_stages is None
         ddp_kwargs = {} if config == "default" else {config: True}
         modules = build(n_stages, with_unused)
         events = []  # ("acc", stage, name) and ("comm", stage, bucket)
         stages = []
         for i in layout:
-            ddp = recording_ddp(modules[i], dp_group, events, ("comm", i), **ddp_kwargs)
+            kwargs = ddp_kwargs if option_stages is None or i in option_stages else {}
+            ddp = recording_ddp(modules[i], dp_group, events, ("comm", i), **kwargs)
             for name, p in modules[i].named_parameters():
                 p.register_post_accumulate_grad_hook(
                     lambda p, i=i, name=name: events.append(("acc", i, name))
@@ -434,7 +446,7 @@ class DDPFourRankRunner:
             args = (x,) if 0 in layout else ()
             kwargs = {"target": y} if n_stages - 1 in layout else {}
             if refused:
-                with self.assertRaisesRegex(RuntimeError, f"{config}=True"):
+                with self.assertRaisesRegex(RuntimeError, pattern or f"{config}=True"):
                     schedule.step(*args, **kwargs)
                 self.assertEqual(events, [])
                 for i in layout:

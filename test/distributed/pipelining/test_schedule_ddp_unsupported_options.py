@@ -290,6 +290,63 @@ class ScheduleDDPUnsupportedOptionsFourRankTest(DDPFourRankRunner, TwoRankGlooTe
                         schedule_cls, config, *groups, refused=schedule_cls in refused
                     )
                 dist.barrier()
+        # Options that differ between the pipeline ranks: every rank decides
+        # from every stage's options (gathered in the first step's all-reduce
+        # over the pipeline group), so all four ranks refuse alike or all run.
+        # ScheduleDualPipeV's V puts stages 0 and 3 on pipeline rank 0 (last
+        # backwards fused or stage 0's whole-backward W) and 1, 2 on rank 1.
+        all_reduce = dist.all_reduce
+        for schedule_cls, config, option_stages, pattern in (
+            (ScheduleDualPipeV, "find_unused_parameters", {0, 3}, None),
+            (
+                ScheduleDualPipeV,
+                "find_unused_parameters",
+                {1, 2},
+                r"stages \[1, 2\] .*find_unused_parameters=True",
+            ),
+            (
+                ScheduleZBVZeroBubble,
+                "static_graph",
+                {0},
+                r"static_graph=True.*stages \[0\]",
+            ),
+            (
+                ScheduleInterleavedZeroBubble,
+                "static_graph",
+                {0},
+                r"static_graph=True.*stages \[0\]",
+            ),
+        ):
+            with self.subTest(
+                config=config,
+                schedule=schedule_cls.__name__,
+                option_stages=sorted(option_stages),
+            ):
+                pp_reduces = []
+
+                def counting(tensor, *args, group=None, **kwargs):
+                    if group is groups[1]:
+                        pp_reduces.append(tensor.numel())
+                    return all_reduce(tensor, *args, group=group, **kwargs)
+
+                with mock.patch.object(dist, "all_reduce", counting):
+                    self._run_dp2_pp2(
+                        schedule_cls,
+                        config,
+                        *groups,
+                        refused=pattern is not None,
+                        option_stages=option_stages,
+                        pattern=pattern,
+                    )
+                # The options travel in the metadata-mode vote of the first
+                # step (one int for the mode, then, for each of the 4 stages,
+                # its static_graph flag and its options): the only all-reduce
+                # over the pipeline group that carries more than one int, in
+                # both steps.
+                self.assertEqual(
+                    [k for k in pp_reduces if k > 1], [1 + 2 * 4], msg=pp_reduces
+                )
+            dist.barrier()
         dist.destroy_process_group()
 
 
