@@ -564,7 +564,8 @@ def configs_markdown(out: Path, configs: Sequence[str]) -> str:
                 continue
             left += 1
             reason = STATED_EXCEPTIONS.get(
-                (config, row["op"], row["dtype"], row["rule"]), "open: no stated reason")
+                (config, row["op"], row["dtype"], row["rule"]), "open: no stated reason"
+            )
             example = row["example"].replace("|", "\\|")
             lines.append(f"| {config} | {row['op']} | {row['dtype']} | `{row['rule']}` "
                          f"| {row['stock']} | {example} | {reason} |")  # fmt: skip

@@ -204,9 +204,7 @@ class ConfigsMarkdownTest(TestCase):
         killed = {"verdict": "killed", "origin_reported": False}
         kills = {
             "stock": {e["id"]: killed for e in cases["entries"]},
-            "overlay": {
-                e["id"]: killed for e in cases["entries"] if e["id"] != "review-gcd"
-            },
+            "overlay": {e["id"]: killed for e in cases["entries"] if e["id"] != "review-gcd"},
         }
         mutation_report = {"rules": 5, "settings": {"world_size": 2}, "overlay_files": "f" * 64,
                            "kill_rate": mutation_summary(cases, kills), "results": kills,
@@ -215,16 +213,12 @@ class ConfigsMarkdownTest(TestCase):
             out = Path(scratch)
             (out / "sweep-1d-2.json").write_text(json.dumps(config))
             text = configs_markdown(out, ["1d-2"])
-            self.assertNotIn(
-                "sweep --mutations", text
-            )  # no mutation report: no section
+            self.assertNotIn("sweep --mutations", text)  # no mutation report: no section
             (out / "sweep-mutations.json").write_text(json.dumps(mutation_report))
             text = configs_markdown(out, ["1d-2"])
         self.assertIn(f"| 1d-2 | div | bool | `{rule}` | incorrect | shapes [] "
                       "| open: no stated reason |", text)  # fmt: skip
-        self.assertIn(
-            "| 1d-2 | norm | bool | (not run: crash) | | exit -11 | open |", text
-        )
+        self.assertIn("| 1d-2 | norm | bool | (not run: crash) | | exit -11 | open |", text)
         # binary (add outlier, gcd): the overlay kills 1 of the 2 stock kills
         self.assertIn("| binary | 2 | 2 | 1 | 2 | 1 | NO |", text)
         # the bool cases are wrong on other inputs of the sample's shapes (witness trial 2/3)
@@ -259,9 +253,7 @@ class SweepTest(TestCase):
         # The real validator on one op: stock reports view's shard rules incorrect (it
         # runs the local op with the global sizes); the overlay's validator does not.
         with tempfile.TemporaryDirectory() as out:
-            code = sweep(
-                REPO, Path(out), dtypes=["float32"], only=["view"], max_samples=2
-            )
+            code = sweep(REPO, Path(out), dtypes=["float32"], only=["view"], max_samples=2)
             report = json.loads((Path(out) / "sweep.json").read_text())
             self.assertTrue((Path(out) / "sweep.md").is_file())
         stock = report["results"]["stock"]["float32"]["view"]
@@ -283,9 +275,7 @@ class SweepTest(TestCase):
                                  max_samples=1, without_rule=False)  # fmt: skip
             report = json.loads((Path(out) / "sweep-missing-1d-2.json").read_text())
             combined = json.loads((Path(out) / "sweep-missing.json").read_text())
-            self.assertIn(
-                "| 1d-2 | float32 |", (Path(out) / "sweep-missing.md").read_text()
-            )
+            self.assertIn("| 1d-2 | float32 |", (Path(out) / "sweep-missing.md").read_text())
         self.assertEqual(code, 0)
         self.assertEqual(list(combined["configs"]), ["1d-2"])
         stock = report["results"]["stock"]["float32"]["add"]
@@ -315,9 +305,7 @@ class SweepTest(TestCase):
                               resume=True, without_rule=False, command=fake)  # fmt: skip
             report = json.loads((out / "sweep-missing-1d-2.json").read_text())
             ran = log.read_text().split()
-        self.assertEqual(
-            sorted(ran), ["a", "a", "b", "b", "c", "c"]
-        )  # stock and overlay
+        self.assertEqual(sorted(ran), ["a", "a", "b", "b", "c", "c"])  # stock and overlay
         self.assertEqual(report["ops"], ["a", "b", "c"])
         self.assertEqual(report["summary"]["overlay"]["float32"]["missing_rules"], 3)
         self.assertEqual(
@@ -332,9 +320,7 @@ class OpsWithoutRuleTest(TestCase):
         kinds = ops_without_rule()
         self.assertIn("add", kinds["rule"])
         self.assertIn("masked_select", kinds["no rule"])  # data-dependent output size
-        self.assertIn(
-            "nn.functional.conv2d", kinds["composite"]
-        )  # decomposes to convolution
+        self.assertIn("nn.functional.conv2d", kinds["composite"])  # decomposes to convolution
         names = [n for names in kinds.values() for n in names]
         self.assertEqual(len(names), len(set(names)))
 
@@ -349,9 +335,7 @@ class ValidatorLimitsTest(TestCase):
 
     def setUp(self):
         super().setUp()
-        dist.init_process_group(
-            "fake", store=FakeStore(), rank=0, world_size=self.WORLD_SIZE
-        )
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=self.WORLD_SIZE)
 
     def tearDown(self):
         dist.destroy_process_group()
