@@ -548,8 +548,8 @@ class ScheduleDDPTest(DDPStagesRunner, DDPUsageRunner, TwoRankGlooTestCase):
         # disabled does not touch the reducer and runs, as with DDP alone.
         self.assertTrue(ddps[-1].require_manual_backward_finalization)
         left_armed = (
-            rf"\[Stage {n_stages - 1}\] the weight backward that reduces "
-            r"the gradients of this DistributedDataParallel stage raised "
+            rf"\[Stage {n_stages - 1}\] this DistributedDataParallel stage "
+            "cannot reduce gradients any more: its last weight backward raised "
             r"\(RuntimeError: user hook: non-finite gradient\) after the "
             "pipeline schedule had set require_manual_backward_finalization"
         )
