@@ -1314,6 +1314,63 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 3):
             self._run(ws, body)
 
+    def test_an_operand_the_op_converts_exactly_keeps_the_partial(self):
+        # A 1-dim Replicate operand of an in-place, out= or foreach add/sub
+        # into a Partial(sum) x, where the op computes in a third dtype that
+        # holds both exactly (complex64 x and float64 y in complex128,
+        # float16 x and bfloat16 y in float32): the operand is split in its
+        # dtype and each rank's result is cast once into x's dtype, as a
+        # Partial of that dtype rounds. The Partial is kept with no
+        # collective (it raised).
+        ops = [
+            ("x.add_(y)", lambda x, y: x.add_(y)),
+            ("x.sub_(y, alpha=2)", lambda x, y: x.sub_(y, alpha=2)),
+            ("add(x, y, out=x)", lambda x, y: torch.add(x, y, out=x)),
+            ("_foreach_add_([x], [y])", lambda x, y: torch._foreach_add_([x], [y])),
+        ]
+        values = [1.0, -2.5, 0.5, 3.0]
+        y_values = [0.5, 4.0, -8.0, 1e4]
+        cases = list(
+            itertools.product(
+                ops, ((torch.complex64, torch.float64), (f16, torch.bfloat16))
+            )
+        )
+
+        def call(fn, x, y):
+            fn(x, y)
+            return x
+
+        # the op on plain tensors (outside LocalTensorMode)
+        truths = [
+            call(
+                fn,
+                torch.tensor(values, dtype=xdtype),
+                torch.tensor(y_values, dtype=ydtype),
+            )
+            for (_, fn), (xdtype, ydtype) in cases
+        ]
+
+        def body(mesh):
+            ws = mesh.size()
+            per_rank = [values] + [[0.0] * 4] * (ws - 1)
+            for ((name, fn), (xdtype, ydtype)), truth in zip(cases, truths):
+                with self.subTest(name, x=xdtype, y=ydtype, ws=ws):
+                    x = self._partial(mesh, xdtype, per_rank)
+                    yd = distribute_tensor(
+                        torch.tensor(y_values, dtype=ydtype), mesh, [Replicate()]
+                    )
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        call(fn, x, yd)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(x.placements, (Partial(),))
+                    got = x.full_tensor()._local_tensors[0]
+                    # each rank rounds its result into x's dtype
+                    self.assertEqual(got, truth, atol=1e-2, rtol=1e-2)
+
+        for ws in (2, 3):
+            self._run(ws, body)
+
     def test_a_foreach_operand_is_split_per_computed_dtype(self):
         # The same 0-dim Replicate y for entries of different dtypes: the
         # float16 entry converts y into float16 before its split (1e5 reads
