@@ -552,6 +552,71 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                 torch._dynamo.reset()
                 self.assertEqual(run(torch.compile(step, backend=backend)), expected)
 
+    def test_lazily_computed_attribute_through_hasattr_and_getattr_default(self):
+        """A __getattr__ that stores what it computes in __dict__ (a lazily
+        computed attribute), read through hasattr, getattr with a default and
+        a plain read: a fresh object on each call, one object with the key
+        removed and set again, and two names stored by one lookup."""
+
+        class Lazy:
+            def __init__(self, k):
+                self.k = k
+
+            def __getattr__(self, name):
+                if name in ("a", "b"):
+                    self.__dict__["a"] = self.k * 10.0
+                    self.__dict__["b"] = self.k * 100.0
+                    return self.__dict__[name]
+                raise AttributeError(name)
+
+        def f_hasattr(x, o):
+            return x + (o.a if hasattr(o, "a") else -2.0)
+
+        def f_getattr_default(x, o):
+            return x + getattr(o, "a", -1.0)
+
+        def f_read(x, o):
+            return x + o.a
+
+        def f_other_name_then_hasattr(x, o):
+            return x + o.b + (o.a if hasattr(o, "a") else -2.0)
+
+        def fresh_objects():
+            return [Lazy(float(i)) for i in range(4)]
+
+        def one_object_key_toggled():
+            o = Lazy(1.0)
+
+            def toggle(value):
+                def set_state():
+                    o.__dict__.pop("a", None)
+                    o.__dict__.pop("b", None)
+                    if value is not None:
+                        o.__dict__["a"] = value
+                    return o
+
+                return set_state
+
+            return [toggle(v) for v in (None, None, 3.0, 3.0, None)]
+
+        def run(fn, states):
+            out = []
+            for state in states:
+                o = state() if callable(state) else state
+                out.append((fn(torch.ones(1), o).item(), dict(o.__dict__)))
+            return out
+
+        for fn in (f_hasattr, f_getattr_default, f_read, f_other_name_then_hasattr):
+            for make_states in (fresh_objects, one_object_key_toggled):
+                for backend in ("eager", "aot_eager"):
+                    with self.subTest(
+                        fn=fn.__name__, states=make_states.__name__, backend=backend
+                    ):
+                        expected = run(fn, make_states())
+                        torch._dynamo.reset()
+                        opt_fn = torch.compile(fn, backend=backend, fullgraph=True)
+                        self.assertEqual(run(opt_fn, make_states()), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
