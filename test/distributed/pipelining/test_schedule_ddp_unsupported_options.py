@@ -11,10 +11,11 @@ and ScheduleDualPipeV with every stage on one rank), find_unused_parameters is n
 refused and every rank's gradients equal a float64 single-process reference
 averaged over the replicas, with each bucket handed to the comm hook once per step.
 The refusals also hold for a _PipelineScheduleRuntime that loads the schedule's
-compute+comms CSV; at (dp, pp) = (1, 2), where only one rank holds the split
-stages (every rank refuses); and at (dp, pp) = (2, 2) on four ranks (every rank
-refuses, then all meet at a barrier; find_unused_parameters works under the fused
-ScheduleInterleaved1F1B and Schedule1F1B). Only DDP stages with the option are
+compute+comms CSV, and at (dp, pp) = (2, 2) on four ranks (every rank refuses,
+then all meet at a barrier; find_unused_parameters works under the fused
+ScheduleInterleaved1F1B and Schedule1F1B). A DDP over a one-rank group (dp, pp) =
+(1, 2) is not refused: its all-reduces change no value, and the grads equal the
+reference. Only DDP stages with the option are
 refused: stage 0 alone with find_unused_parameters (its W runs the whole backward)
 works. NoDDPStageTest (one process): a schedule without a DDP stage does not look
 at its actions for DDP at a step."""
@@ -135,46 +136,80 @@ class ScheduleDDPUnsupportedOptionsTest(
             dist.barrier()
         dist.destroy_process_group()
 
-    def test_ddp_find_unused_split_last_backward_pp2(self):
-        # (dp, pp) = (1, 2): ScheduleDualPipeV puts stages 0 and 3 on rank 0 (last
-        # backwards: stage 0's W, which runs the whole backward, and a fused B)
-        # and stages 1 and 2 on rank 1 (last backwards split). Every rank
-        # refuses, also rank 0, whose own stages would be fine, instead of
-        # waiting on rank 1.
+    def test_ddp_one_rank_data_parallel_group_pp2(self):
+        # (dp, pp) = (1, 2): DDP over a one-rank data-parallel group, whose
+        # all-reduces change no value. Nothing is refused (the options are
+        # refused only over a group of more than one rank), a stage's last W
+        # does not drive DDP's reducer, and every stage's grads equal the
+        # reference in both steps. V layout: rank 0 holds stages 0 and 3, rank 1
+        # stages 1 and 2 (their last backwards are split W's). Cases:
+        # (schedule, DDP options, stages that have them, with_unused); the other
+        # stages are DDP without options.
         self.init_gloo()
         mesh = init_device_mesh("cpu", (1, DP), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
-        modules = build(4, with_unused=True)
         mine = {0: [0, 3], 1: [1, 2]}[self.rank]
-        stages = [
-            PipelineStage(
-                DDP(
-                    modules[i],
-                    process_group=dp_group,
-                    find_unused_parameters=True,
-                ),
-                i,
-                4,
-                torch.device("cpu"),
-                group=pp_group,
-            )
-            for i in mine
-        ]
-        schedule = ScheduleDualPipeV(
-            stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
-        )
-        x, y = data(0, 0)
-        with self.assertRaisesRegex(
-            RuntimeError, r"stages \[1, 2\].*find_unused_parameters=True"
+        for schedule_cls, options, option_stages, with_unused in (
+            (ScheduleZBVZeroBubble, {}, set(), False),
+            (ScheduleZBVZeroBubble, {"static_graph": True}, {0, 1, 2, 3}, False),
+            (
+                ScheduleZBVZeroBubble,
+                {"find_unused_parameters": True},
+                {0, 1, 2, 3},
+                True,
+            ),
+            (ScheduleDualPipeV, {"static_graph": True}, {0}, False),
+            (
+                ScheduleDualPipeV,
+                {"find_unused_parameters": True},
+                {0, 1, 2, 3},
+                True,
+            ),
         ):
-            if self.rank == 0:
-                schedule.step(x, target=y)
-            else:
-                schedule.step()
-        for i in mine:
-            for p in modules[i].parameters():
-                self.assertIsNone(p.grad)
-        dist.barrier()
+            msg = f"{schedule_cls.__name__}, {options}, stages {sorted(option_stages)}"
+            with self.subTest(msg):
+                modules = build(4, with_unused=with_unused)
+                stages = [
+                    PipelineStage(
+                        DDP(
+                            modules[i],
+                            process_group=dp_group,
+                            **(options if i in option_stages else {}),
+                        ),
+                        i,
+                        4,
+                        torch.device("cpu"),
+                        group=pp_group,
+                    )
+                    for i in mine
+                ]
+                schedule = schedule_cls(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
+                for step in range(N_STEPS):
+                    if self.rank == 0:
+                        x, y = data(step, 0)
+                        schedule.step(x, target=y)
+                    else:
+                        schedule.step()
+                    reference = reference_grads(
+                        build(4, with_unused=with_unused), step, 1
+                    )
+                    for i in mine:
+                        for (name, p), (_, ref_p) in zip(
+                            modules[i].named_parameters(),
+                            reference[i].named_parameters(),
+                            strict=True,
+                        ):
+                            where = f"{msg}, step {step}, stage {i}, {name}"
+                            if ref_p.grad is None:
+                                self.assertIsNone(p.grad, msg=where)
+                            else:
+                                torch.testing.assert_close(
+                                    p.grad, ref_p.grad, msg=where
+                                )
+                            p.grad = None
+            dist.barrier()
         dist.destroy_process_group()
 
     def test_ddp_find_unused_on_stage_0_only(self):
