@@ -14,11 +14,14 @@ compares each outcome with the same call on empty caches, and each value with th
 the reduced plain tensors.
 """
 
+from unittest import mock
+
 import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.distributed.tensor.debug import (
     _clear_sharding_prop_cache,
     _get_python_sharding_prop_cache_info,
@@ -199,6 +202,47 @@ class NativeShardingCacheScalarKeyTest(TestCase):
             hits_after, _ = torch._C._get_DTensor_sharding_propagator_cache_stats()
         self.assertEqual(hits_after, hits + 1)
         self.assertEqual(self.full(result), self.full(x) * 0.5)
+
+    def test_twin_plan_reuses_the_call_tensor_meta(self):
+        # Deciding whether a scalar and its 0-d tensor twin share the native
+        # entry plans the twin too, on a sharding cache miss. In add, sub, mul,
+        # div and floor_divide the twin's output has the call's shape and
+        # strides and a dtype type promotion gives: one fake tensor
+        # propagation per miss, not two (the first eager call of each schema
+        # paid twice the propagation for it). Values and placements as on
+        # empty caches in either order are test_*_keep_their_own_plans'.
+        cases = {
+            "x * 0.5": (Partial("sum"), torch.float32, lambda x: x * 0.5),
+            "x / 2": (Partial("sum"), torch.float32, lambda x: x / 2),
+            "int64 x * 2": (Partial("sum"), torch.int64, lambda x: x * 2),
+            "x.mul_(0.5)": (Partial("sum"), torch.float32, lambda x: x.mul_(0.5)),
+            "x * f64 0-d": (
+                Partial("sum"),
+                torch.float32,
+                lambda x: x * torch.tensor(0.5, dtype=torch.float64),
+            ),
+            # the twin's dtype differs (float64): not shared, no twin plan
+            "int64 x * 2.5": (Shard(0), torch.int64, lambda x: x * 2.5),
+        }
+        propagate = ShardingPropagator._propagate_tensor_meta_non_cached
+        for name, (placement, dtype, fn) in cases.items():
+            with self.subTest(op=name):
+                x = self.dtensor(
+                    placement, lambda r: (torch.tensor([2.0, -4.0]) * (r + 1)).to(dtype)
+                )
+                plain = fn(self.full(x).clone())
+                _clear_sharding_prop_cache()
+                with mock.patch.object(
+                    ShardingPropagator,
+                    "_propagate_tensor_meta_non_cached",
+                    autospec=True,
+                    side_effect=propagate,
+                ) as counted:
+                    with self.mode:
+                        result = fn(x)
+                self.assertEqual(counted.call_count, 1)
+                self.assertEqual(result.dtype, plain.dtype)
+                self.assertEqual(self.full(result), plain)
 
     def test_zero_dim_tensor_without_scalar_form_hits_the_native_cache(self):
         # In these ops a Python scalar goes to a Scalar overload (_foreach_mul.Scalar,
