@@ -681,6 +681,8 @@ def _constructed(name: str):
         return _constructed_review10(name[len("review10-") :])
     if name.startswith("review11-"):
         return _constructed_review11(name[len("review11-") :])
+    if name.startswith("review12-"):
+        return _constructed_review12(name[len("review12-") :])
     raise KeyError(name)
 
 
@@ -1299,6 +1301,38 @@ def _constructed_review11(name: str):
     raise KeyError(name)
 
 
+def _constructed_review12(name: str):
+    """The samples of the cold review rev25t (/work/reviews/rev25t: R1_even_avg_add.py,
+    cases_even.py; corpus entries review12-*), ``OP-...``: R1, int add/sub(P(avg),
+    P(avg)) on all-even data, and a single uint8/int8/16/32 element through
+    div(rounding_mode='trunc') (found while fixing R1)."""
+    import torch
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(0)
+    e1 = 2 * torch.randint(1, 5, (4, 6), generator=g)
+    e2 = 2 * torch.randint(1, 5, (4, 6), generator=g)
+    n1 = -2 * torch.randint(1, 5, (4, 6), generator=g)
+    t = torch.tensor
+    trunc = {"rounding_mode": "trunc"}
+    table = {
+        "add0d-i64": (aten.add.Tensor, (t(2), t(4)), {}),
+        "add0dneg-i64": (aten.add.Tensor, (t(-2), t(-4)), {}),
+        "addeven-i64": (aten.add.Tensor, (e1, e2), {}),
+        "addevenneg-i64": (aten.add.Tensor, (n1, -e2), {}),
+        "subeven-i64": (aten.sub.Tensor, (e1, n1), {}),
+        "sub0d-i64": (aten.sub.Tensor, (t(2), t(-4)), {}),
+        "addeven-u8": (aten.add.Tensor, (e1.to(torch.uint8), e2.to(torch.uint8)), {}),
+        "divtrunc0d-i32": (aten.div.Tensor_mode, (t(-4, dtype=torch.int32), 2), trunc),
+        "divtrunc0d-i16": (aten.div.Tensor_mode, (t(-4, dtype=torch.int16), 2), trunc),
+        "divtrunc0d-i8": (aten.div.Tensor_mode, (t(-4, dtype=torch.int8), 2), trunc),
+    }
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1581,6 +1615,26 @@ REVIEW11 = (
      _R11 + "GAP G6 (both accept at 2 ranks): round of a P(sum) of |x| ~ 1e-3"),
 )  # fmt: skip
 
+# The cold review rev25t (after the fixes of rev25r): R1 was killed on stock and accepted
+# by the overlay (the parity split of rev25r F2 took the first mask's remainder of an
+# even operand, so two all-even P(avg) operands never both had one); the single-element
+# div rows were accepted by the overlay at 2 ranks (their first split wraps instead).
+_R12 = "review rev25t: "
+_R1 = _R12 + "R1, int add/sub(P(avg), P(avg)) on all-even data"
+_AA = (("P(avg)", "P(avg)"), ("P(avg)",))
+REVIEW12 = (
+    *[(f"review12-{op}-avg-avg", "binary", dt, _AA, _R1 + note)
+      for op, dt, note in (
+          ("add0d-i64", "int64", " (2, 4), 0-d"), ("add0dneg-i64", "int64", " (-2, -4), 0-d"),
+          ("addeven-i64", "int64", ""), ("addevenneg-i64", "int64", " (< 0)"),
+          ("subeven-i64", "int64", " (> 0, < 0)"), ("sub0d-i64", "int64", " (2, -4), 0-d"),
+          ("addeven-u8", "uint8", ""),
+      )],
+    *[(f"review12-divtrunc0d-{dt}-avg-avg", "binary", dtype, _AVG,
+       _R12 + "a single element's P(avg) through div(rounding_mode='trunc') (x = -4)")
+      for dt, dtype in (("i32", "int32"), ("i16", "int16"), ("i8", "int8"))],
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -1610,6 +1664,24 @@ HAND_WITNESS = {
         "True (stock's kill: its own split of the inf element into (inf, nan))",
     "review11-isinf-sum-max":
         "G5: pieces [3e38, 3e38] of an inf element: isinf False on both ranks, truth True",
+    **{f"review12-{op}-avg-avg":
+       "trial 0 (by hand, a split of the sample itself; the oracle's random splits "
+       f"miss it): element 0, x = {x} as pieces {px}, y = {y} as pieces {py}: the rule "
+       f"gives {got}, should be {truth} ({bad} wrong)"
+       for op, x, px, y, py, got, truth, bad in (
+           ("add0d-i64", 2, [2, 3], 4, [4, 5], 7, 6, "1/1"),
+           ("add0dneg-i64", -2, [-2, -3], -4, [-4, -5], -7, -6, "1/1"),
+           ("addeven-i64", 2, [2, 3], 2, [2, 3], 5, 4, "24/24"),
+           ("addevenneg-i64", -6, [-6, -7], -2, [-2, -3], -9, -8, "24/24"),
+           ("subeven-i64", 2, [2, 3], -6, [-6, -7], 9, 8, "24/24"),
+           ("sub0d-i64", 2, [2, 3], -4, [-4, -5], 7, 6, "1/1"),
+           ("addeven-u8", 2, [2, 3], 2, [2, 3], 5, 4, "24/24"),
+       )},
+    **{f"review12-divtrunc0d-{dt}-avg-avg":
+       "trial 0 (by hand, a split of the sample itself; the oracle's pieces wrap in "
+       f"{dt}): x = -4 as pieces [-3, -5] (sum 2x): the rule gives "
+       "trunc((-1 + -2) / 2) = -1, should be -2"
+       for dt in ("i32", "i16", "i8")},
 }  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -1695,6 +1767,7 @@ FOUND = (
     *REVIEW9,
     *REVIEW10,
     *REVIEW11,
+    *REVIEW12,
 )  # fmt: skip
 
 

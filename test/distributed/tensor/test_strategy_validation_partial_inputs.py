@@ -1182,20 +1182,21 @@ class SplitVarietyWrongRuleTest(TestCase):
             ]
         self.run_rows(wrong, right)
         # The pieces reduce to the element under truncation, but their sum is not
-        # world_size times it (under the second mask; under the first, an even
+        # world_size times it (under both masks; under the parity check, an even
         # element of an even operand is split into two or more odd pieces of one
         # sign instead, see test_two_odd_pieces_of_one_sign).
+        parity = sv._PARITY_SHIFT
         for world_size in (2, 3):
             for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8):
                 t = x.abs().to(dtype) if dtype == torch.uint8 else x.to(dtype)
-                for shift in (0, 1):
+                for shift in (0, 1, parity):
                     local = sv._create_partial_input(
                         t, Partial("avg"), world_size, 0, shift
                     )
                     pieces = [local._local_tensors[r] for r in range(world_size)]
                     total = sum(pieces)
                     quotient = torch.div(total, world_size, rounding_mode="trunc")
-                    even = (t.long() % 2 == 0) & (t != 0) & (shift == 0)
+                    even = (t.long() % 2 == 0) & (t != 0) & (shift == parity)
                     with self.subTest(dtype=dtype, world_size=world_size, shift=shift):
                         self.assertEqual(quotient.to(dtype), t)
                         self.assertTrue((total[~even] != t[~even] * world_size).all())
@@ -1204,7 +1205,7 @@ class SplitVarietyWrongRuleTest(TestCase):
                             (p.long() % 2 != 0) & (p.sign() == t.sign()) for p in pieces
                         ]
                         # (not on the elements held whole by rank 0 or at the limits)
-                        if shift == 0:
+                        if shift == parity:
                             self.assertTrue(
                                 (sum(o.long() for o in odd)[even] >= 2).any()
                             )
@@ -1859,6 +1860,48 @@ class AvgRemainderSignTest(TestCase):
                               ((P("avg"), R), (P("avg"),))))  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_remainders_of_even_operands_meet(self):
+        # Review rev25t R1: the split with two odd pieces of one sign (below) was the
+        # first mask's, which dropped an even operand's remainder on its even
+        # elements; the second mask drops the odd operand's and the far split the
+        # even operand's, so on all-even data two P(avg) operands never both had one
+        # and a wrong int64/uint8 add/sub(P(avg), P(avg)) -> P(avg) passed. Witness:
+        # x = 2 as pieces [2, 3], y = 4 as pieces [4, 5]: the rule gives
+        # trunc(14 / 2) = 7, the truth 6.
+        P = Partial
+        AA = ((P("avg"), P("avg")), (P("avg"),))
+        SS = ((P("sum"), P("sum")), (P("sum"),))
+        g = torch.Generator().manual_seed(0)
+        e1 = 2 * torch.randint(1, 5, (4, 6), generator=g)
+        e2 = 2 * torch.randint(1, 5, (4, 6), generator=g)
+        pairs = {
+            "0-d (2, 4)": (torch.tensor(2), torch.tensor(4)),
+            "0-d (8, 6)": (torch.tensor(8), torch.tensor(6)),
+            "4x6 even": (e1, e2),
+            "0-d (-2, -4)": (torch.tensor(-2), torch.tensor(-4)),
+            "4x6 even < 0": (-e1, -e2),
+        }
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            for name, (a, b) in pairs.items():
+                if dtype == torch.uint8 and bool((a < 0).any()):
+                    continue
+                a, b = a.to(dtype), b.to(dtype)
+                wrong.append((f"add {name} {dtype}", aten.add.Tensor, (a, b), {}, AA))
+                right.append(
+                    (f"add P(sum) {name} {dtype}", aten.add.Tensor, (a, b), {}, SS)
+                )
+                if dtype != torch.uint8:
+                    wrong.append(
+                        (f"sub {name} {dtype}", aten.sub.Tensor, (a, -b), {}, AA)
+                    )
+                    right.append((f"neg {name} {dtype}", aten.neg.default, (a,), {},
+                                  ((P("avg"),), (P("avg"),))))  # fmt: skip
+                right.append((f"mul by R 1 {name} {dtype}", aten.mul.Tensor,
+                              (a, torch.ones_like(b)), {},
+                              ((P("avg"), Replicate()), (P("avg"),))))  # fmt: skip
+        self.run_rows(wrong, right)
+
     def test_two_odd_pieces_of_one_sign(self):
         # Review rev25r F2: with a remainder of +-(world_size - 1) every split of an
         # element had exactly one odd piece at 2 ranks, so a rounding toward zero that
@@ -1879,6 +1922,11 @@ class AvgRemainderSignTest(TestCase):
                 (f"div 3 {dtype}", op, (a, 3), trunc, PA),
                 (f"div R 2 {dtype}", op, (a, torch.full_like(a, 2)), trunc,
                  ((P("avg"), R), PA[1])),
+                # A single element of uint8/int8/16/32 (rev25t: its first split
+                # wraps, and this passed at 2 ranks).
+                (f"div 2 0-d {dtype}", op, (a[0, :1].squeeze(), 2), trunc, PA),
+                (f"div 2 0-d 4 {dtype}", op, (torch.tensor(4, dtype=dtype), 2), trunc,
+                 PA),
             ]  # fmt: skip
             right += [
                 (f"div 1 {dtype}", op, (a, 1), trunc, PA),
@@ -1895,7 +1943,7 @@ class AvgRemainderSignTest(TestCase):
                 t = torch.tensor([[-7, 4, 0], [3, -1, 9]])
                 t = t.abs().to(dtype) if dtype == torch.uint8 else t.to(dtype)
                 for tensor_idx, mask_shift, far in itertools.product(
-                    (0, 1), (0, 1), (False, True)
+                    (0, 1), (0, 1, sv._PARITY_SHIFT), (False, True)
                 ):
                     with self.subTest(
                         world_size=world_size,
@@ -1989,9 +2037,15 @@ class IntegerAverageInputTest(TestCase):
                 cases = [
                     (sample, idx, shift)
                     for sample in (limits, data)
-                    for idx, shift in itertools.product((0, 1), (0, 1))
+                    for idx, shift in itertools.product(
+                        (0, 1), (0, 1, sv._PARITY_SHIFT)
+                    )
                 ]
-                cases += [(x, 0, shift) for x in singles for shift in range(5)]
+                cases += [
+                    (x, 0, shift)
+                    for x in singles
+                    for shift in (*range(5), sv._PARITY_SHIFT)
+                ]
                 extreme = False
                 for sample, idx, shift in cases:
                     with self.subTest(
