@@ -617,6 +617,93 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                         opt_fn = torch.compile(fn, backend=backend, fullgraph=True)
                         self.assertEqual(run(opt_fn, make_states()), expected)
 
+    def test_hasattr_and_getattr_default_follow_class_lookup_changes(self):
+        """hasattr and getattr with a default of a name supplied by __getattr__,
+        when the class's lookup changes between calls: __getattr__ replaced or
+        deleted (on the class or on its base), __getattribute__ added, a class
+        property added."""
+
+        def raising_getattr(self, name):
+            raise AttributeError(name)
+
+        def getattribute_nine(self, name):
+            if name == "a":
+                return 9.0
+            return object.__getattribute__(self, name)
+
+        def getattribute_refusing(self, name):
+            if name == "a":
+                raise AttributeError(name)
+            return object.__getattribute__(self, name)
+
+        def supplying_getattr(self, name):
+            if name == "a":
+                return 5.0
+            raise AttributeError(name)
+
+        def replace_getattr(C):
+            C.__getattr__ = raising_getattr
+
+        def delete_getattr(C):
+            del C.__getattr__
+
+        def replace_base_getattr(C):
+            C.__bases__[0].__getattr__ = raising_getattr
+
+        def add_getattribute(C):
+            C.__getattribute__ = getattribute_nine
+
+        def add_refusing_getattribute(C):
+            C.__getattribute__ = getattribute_refusing
+            C.__getattr__ = raising_getattr
+
+        def add_class_property(C):
+            C.a = property(lambda self: 7.0)
+
+        def make_class(on_base):
+            class Base:
+                pass
+
+            class C(Base):
+                pass
+
+            (Base if on_base else C).__getattr__ = supplying_getattr
+            return C
+
+        def f_hasattr(x, o):
+            return x + (10.0 if hasattr(o, "a") else -10.0)
+
+        def f_getattr_default(x, o):
+            return x + getattr(o, "a", -1.0)
+
+        def run(fn, change, on_base):
+            C = make_class(on_base)
+            o = C()
+            out = []
+            for i in range(4):
+                if i == 2:
+                    change(C)
+                out.append(fn(torch.ones(1), o).item())
+            return out
+
+        for change, on_base in (
+            (replace_getattr, False),
+            (delete_getattr, False),
+            (replace_base_getattr, True),
+            (add_getattribute, False),
+            (add_refusing_getattribute, False),
+            (add_class_property, False),
+        ):
+            for fn in (f_hasattr, f_getattr_default):
+                for backend in ("eager", "aot_eager"):
+                    with self.subTest(
+                        change=change.__name__, fn=fn.__name__, backend=backend
+                    ):
+                        expected = run(fn, change, on_base)
+                        torch._dynamo.reset()
+                        opt_fn = torch.compile(fn, backend=backend, fullgraph=True)
+                        self.assertEqual(run(opt_fn, change, on_base), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
