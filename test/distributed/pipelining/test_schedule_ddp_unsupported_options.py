@@ -210,6 +210,33 @@ class ScheduleDDPUnsupportedOptionsTest(
                                 )
                             p.grad = None
             dist.barrier()
+        # A user who enabled DDP's manual finalization keeps a one-rank stage's
+        # last W arming DDP (their finalize_backward() expects a reduction), so
+        # static_graph there is refused on both ranks before anything runs, as
+        # over more ranks (it failed mid-step in DDP, one rank waiting).
+        with self.subTest("ScheduleZBVZeroBubble, manual finalization, static_graph"):
+            modules = build(4)
+            ddps = [
+                DDP(modules[i], process_group=dp_group, static_graph=True) for i in mine
+            ]
+            for ddp in ddps:
+                ddp.require_manual_backward_finalization = True
+            schedule = ScheduleZBVZeroBubble(
+                [
+                    PipelineStage(ddp, i, 4, torch.device("cpu"), group=pp_group)
+                    for ddp, i in zip(ddps, mine, strict=True)
+                ],
+                n_microbatches=N_MICROBATCHES,
+                loss_fn=loss_fn,
+                scale_grads=False,
+            )
+            x, y = data(0, 0)
+            with self.assertRaisesRegex(RuntimeError, "static_graph=True"):
+                if self.rank == 0:
+                    schedule.step(x, target=y)
+                else:
+                    schedule.step()
+        dist.barrier()
         dist.destroy_process_group()
 
     def test_ddp_find_unused_on_stage_0_only(self):

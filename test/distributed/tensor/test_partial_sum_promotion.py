@@ -1368,8 +1368,47 @@ class NarrowedFloatOperandTest(TestCase):
                     # each rank rounds its result into x's dtype
                     self.assertEqual(got, truth, atol=1e-2, rtol=1e-2)
 
+        # Every operand 0-dim: the op computes in y's dtype and y is split in
+        # it; out=x casts each rank's result into x's dtype.
+        zero_dim = [
+            (xdtype, ydtype, v)
+            for xdtype, ydtype in (
+                (f32, torch.float64),
+                (f16, f32),
+                (torch.complex64, torch.float64),
+                (f16, torch.bfloat16),
+            )
+            for v in (2.5, 1e5)
+        ]
+        zero_dim_truths = [
+            torch.add(
+                torch.tensor(values[0], dtype=xdtype),
+                torch.tensor(v, dtype=ydtype),
+                out=torch.tensor(values[0], dtype=xdtype),
+            )
+            for xdtype, ydtype, v in zero_dim
+        ]
+
+        def zero_dim_body(mesh):
+            ws = mesh.size()
+            per_rank = [values[0]] + [0.0] * (ws - 1)
+            for (xdtype, ydtype, v), truth in zip(zero_dim, zero_dim_truths):
+                with self.subTest("add(x, y, out=x), 0-dim", x=xdtype, y=ydtype, v=v):
+                    x = self._partial(mesh, xdtype, per_rank)
+                    yd = distribute_tensor(
+                        torch.tensor(v, dtype=ydtype), mesh, [Replicate()]
+                    )
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        torch.add(x, yd, out=x)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(x.placements, (Partial(),))
+                    got = x.full_tensor()._local_tensors[0]
+                    self.assertEqual(got, truth, atol=1e-2, rtol=1e-2)
+
         for ws in (2, 3):
             self._run(ws, body)
+            self._run(ws, zero_dim_body)
 
     def test_a_foreach_operand_is_split_per_computed_dtype(self):
         # The same 0-dim Replicate y for entries of different dtypes: the
