@@ -683,6 +683,8 @@ def _constructed(name: str):
         return _constructed_review11(name[len("review11-") :])
     if name.startswith("review12-"):
         return _constructed_review12(name[len("review12-") :])
+    if name.startswith("review13-"):
+        return _constructed_review13(name[len("review13-") :])
     raise KeyError(name)
 
 
@@ -1333,6 +1335,34 @@ def _constructed_review12(name: str):
     raise KeyError(name)
 
 
+def _constructed_review13(name: str):
+    """The samples of the cold review rev25v F1 (/work/reviews/rev25v/F1_div_trunc_odd.py;
+    corpus entries review13-*), ``OP-...``: an integer P(avg) without an even nonzero
+    element through div(rounding_mode='trunc') by 2 or by a Replicate 2."""
+    import torch
+
+    aten = torch.ops.aten
+    trunc = {"rounding_mode": "trunc"}
+    dtypes = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
+              "i8": torch.int8}  # fmt: skip
+    table = {}
+    for dt, dtype in dtypes.items():
+        odd4 = torch.tensor([3, -5, 7, 1], dtype=dtype)
+        two = torch.tensor(2, dtype=dtype)
+        table[f"divtrunc0d-{dt}"] = (
+            aten.div.Tensor_mode, (torch.tensor(3, dtype=dtype), 2), trunc,
+        )  # fmt: skip
+        table[f"divtruncodd-{dt}"] = (aten.div.Tensor_mode, (odd4, 2), trunc)
+        table[f"divtruncR-{dt}"] = (aten.div.Tensor_mode, (odd4, two), trunc)
+    table["divtruncodd0-i64"] = (
+        aten.div.Tensor_mode, (torch.tensor([0, 3, -5, 1]), 2), trunc,
+    )  # fmt: skip
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1635,6 +1665,24 @@ REVIEW12 = (
       for dt, dtype in (("i32", "int32"), ("i16", "int16"), ("i8", "int8"))],
 )  # fmt: skip
 
+# The cold review rev25v (after the fix of rev25t R1): F1 was killed on stock and
+# accepted by the overlay (the parity check ran only on an operand with an even nonzero
+# element, and an odd element's one odd piece always had its sign).
+_R13 = "review rev25v: F1, int P(avg) without an even element through div(trunc)"
+REVIEW13 = (
+    *[(f"review13-{op}-{dt}-avg-avg", "binary", dtype, _AVG, _R13 + note)
+      for dt, dtype in (("i64", "int64"), ("i32", "int32"), ("i16", "int16"),
+                        ("i8", "int8"))
+      for op, note in (("divtrunc0d", " (x = 3, 0-d)"),
+                       ("divtruncodd", " ([3, -5, 7, 1])"))],
+    *[(f"review13-divtruncR-{dt}-avg-R-avg", "binary", dtype,
+       (("P(avg)", "R"), ("P(avg)",)), _R13 + " by R(2) ([3, -5, 7, 1])")
+      for dt, dtype in (("i64", "int64"), ("i32", "int32"), ("i16", "int16"),
+                        ("i8", "int8"))],
+    ("review13-divtruncodd0-i64-avg-avg", "binary", "int64", _AVG,
+     _R13 + " ([0, 3, -5, 1])"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -1682,6 +1730,20 @@ HAND_WITNESS = {
        f"{dt}): x = -4 as pieces [-3, -5] (sum 2x): the rule gives "
        "trunc((-1 + -2) / 2) = -1, should be -2"
        for dt in ("i32", "i16", "i8")},
+    **{f"review13-{op}-{dt}-{rule}":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element "
+       f"{idx}, x = 3 as pieces [-1, 8] (sum 2x + 1): the rule gives "
+       "trunc((0 + 4) / 2) = 2, should be 1"
+       + (" (4/4 wrong with pieces [-1, -12, -1, -1], [8, 1, 16, 4])"
+          if op != "divtrunc0d" else "")
+       for dt in ("i64", "i32", "i16", "i8")
+       for op, idx, rule in (("divtrunc0d", 0, "avg-avg"),
+                             ("divtruncodd", 0, "avg-avg"),
+                             ("divtruncR", 0, "avg-R-avg"))},
+    "review13-divtruncodd0-i64-avg-avg":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 1, x = 3 "
+       "as pieces [-1, 8] (sum 2x + 1): the rule gives trunc((0 + 4) / 2) = 2, "
+       "should be 1",
 }  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -1768,6 +1830,7 @@ FOUND = (
     *REVIEW10,
     *REVIEW11,
     *REVIEW12,
+    *REVIEW13,
 )  # fmt: skip
 
 

@@ -1937,6 +1937,43 @@ class AvgRemainderSignTest(TestCase):
                 right.append((f"neg {dtype}", aten.neg.default, (a,), {}, PA))
         self.run_rows(wrong, right)
 
+    def test_odd_pieces_of_the_other_sign(self):
+        # Review rev25v F1: the parity check ran only on an operand with an even
+        # element other than 0, and an odd element kept offsets of |x| + 1, so its
+        # one odd piece had the element's sign, which a rounding toward zero of each
+        # piece loses as it does on the element; a wrong
+        # div(P(avg), 2 or R(2), rounding_mode='trunc') -> P(avg) passed on all-odd
+        # data (zeros allowed). Witness: x = 3 as pieces [-1, 8] (or [12, -5]): the
+        # rule gives trunc((0 + 4) / 2) = 2, the truth 1.
+        P, R = Partial, Replicate()
+        PA = ((P("avg"),), (P("avg"),))
+        trunc = {"rounding_mode": "trunc"}
+        op = aten.div.Tensor_mode
+        samples = {"0-d 3": 3, "0-d -3": -3, "0-d 5": 5, "4 odd": [3, -5, 7, 1],
+                   "odd and 0": [0, 3, -5, 1]}  # fmt: skip
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
+            for name, data in samples.items():
+                a = torch.tensor(data, dtype=dtype)
+                two = torch.tensor(2, dtype=dtype)
+                wrong += [
+                    (f"div 2 {name} {dtype}", op, (a, 2), trunc, PA),
+                    (f"div R 2 {name} {dtype}", op, (a, two), trunc,
+                     ((P("avg"), R), PA[1])),
+                ]  # fmt: skip
+                right += [
+                    (f"div 1 {name} {dtype}", op, (a, 1), trunc, PA),
+                    (f"mul by R 1 {name} {dtype}", aten.mul.Tensor,
+                     (a, torch.ones_like(a)), {}, ((P("avg"), R), PA[1])),
+                    (f"mul by R 0 {name} {dtype}", aten.mul.Tensor,
+                     (a, torch.zeros_like(a)), {}, ((P("avg"), R), PA[1])),
+                    (f"clone {name} {dtype}", aten.clone.default, (a,), {}, PA),
+                    (f"neg {name} {dtype}", aten.neg.default, (a,), {}, PA),
+                    (f"add P(sum) {name} {dtype}", aten.add.Tensor, (a, a), {},
+                     ((P("sum"), P("sum")), (P("sum"),))),
+                ]  # fmt: skip
+        self.run_rows(wrong, right)
+
     def test_splits_reduce_exactly(self):
         for world_size in (2, 3):
             for dtype in (torch.int64, torch.int8, torch.uint8):
