@@ -685,6 +685,8 @@ def _constructed(name: str):
         return _constructed_review12(name[len("review12-") :])
     if name.startswith("review13-"):
         return _constructed_review13(name[len("review13-") :])
+    if name.startswith("review15-"):
+        return _constructed_review15(name[len("review15-") :])
     raise KeyError(name)
 
 
@@ -1363,6 +1365,27 @@ def _constructed_review13(name: str):
     raise KeyError(name)
 
 
+def _constructed_review15(name: str):
+    """The samples of the cold review rev25x F1 (/work/reviews/rev25x/F1_strided.py;
+    corpus entries review15-*), ``OP-...``: ops that read only some rows of a
+    _StridedShard input."""
+    import torch
+
+    aten = torch.ops.aten
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(0))
+    table = {
+        "stridedselect": (aten.select.int, (x, 0, 0), {}),
+        "stridedslice": (aten.slice.Tensor, (x, 0, 0, 2), {}),
+        "stridedindexselect": (
+            aten.index_select.default, (x, 0, torch.tensor([0])), {},
+        ),
+    }  # fmt: skip
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1683,6 +1706,22 @@ REVIEW13 = (
      _R13 + " ([0, 3, -5, 1])"),
 )  # fmt: skip
 
+# The cold review rev25x: F1 was killed on stock (unparsed) and accepted by the overlay
+# (every simulated rank held rank 0's piece of a _StridedShard input, and a
+# _StridedShard output's local shapes were not compared).
+_R15 = "review rev25x: F1, a _StridedShard input read on some rows only: "
+_SS2 = "_S(0, 2)"
+REVIEW15 = (
+    ("review15-stridedselect-ss-r-f32", "indexing", "float32", ((_SS2,), ("R",)),
+     _R15 + "select(x, 0, 0)"),
+    ("review15-stridedslice-ss-r-f32", "indexing", "float32", ((_SS2,), ("R",)),
+     _R15 + "slice(x, 0, 0, 2)"),
+    ("review15-stridedslice-ss-ss-f32", "indexing", "float32", ((_SS2,), (_SS2,)),
+     _R15 + "slice(x, 0, 0, 2)"),
+    ("review15-stridedindexselect-ss-r-r-f32", "indexing", "float32",
+     ((_SS2, "R"), ("R",)), _R15 + "index_select(x, 0, [0])"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -1831,6 +1870,7 @@ FOUND = (
     *REVIEW11,
     *REVIEW12,
     *REVIEW13,
+    *REVIEW15,
 )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import torch.testing._internal.common_methods_invocations as common_ops
 import torch.distributed.tensor._ops.strategy_validation as sv
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.testing._internal.common_utils import run_tests, TestCase
@@ -186,6 +186,49 @@ class NormPartialWrongRuleTest(TestCase):
             for name, (op, args, rule) in right.items():
                 with self.subTest(name, world_size=world_size):
                     self.assertIs(self.judge(op, args, rule, world_size), True)
+
+
+class StridedShardInputTest(TestCase):
+    """A _StridedShard input holds on each simulated rank that rank's strided piece:
+    wrong rules reading only some rows are rejected, right ones accepted, at 2 and 3
+    ranks (every rank held rank 0's piece, so a select of row 0 passed as Replicate and
+    a clone did not redistribute back to the input)."""
+
+    judge = NormPartialWrongRuleTest.judge
+
+    def test_strided_shard_inputs(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(12, 3, generator=g)
+        R = Replicate()
+        for split_factor in (2, 3):
+            S = _StridedShard(0, split_factor=split_factor)
+            wrong = {
+                "select(0) -> R": (aten.select.int, (x, 0, 0), ((S,), (R,))),
+                "slice[0:2] -> R": (aten.slice.Tensor, (x, 0, 0, 2), ((S,), (R,))),
+                "slice[0:2] -> same": (aten.slice.Tensor, (x, 0, 0, 2), ((S,), (S,))),
+                "index_select -> R": (
+                    aten.index_select.default,
+                    (x, 0, torch.tensor([0])),
+                    ((S, R), (R,)),
+                ),
+            }
+            right = {
+                "clone": (aten.clone.default, (x,), ((S,), (S,))),
+                "neg": (aten.neg.default, (x,), ((S,), (S,))),
+                "sum(0) -> P(sum)": (
+                    aten.sum.dim_IntList,
+                    (x, [0]),
+                    ((S,), (Partial("sum"),)),
+                ),
+                "sum(1) -> same": (aten.sum.dim_IntList, (x, [1]), ((S,), (S,))),
+            }
+            for world_size in (2, 3):
+                for name, (op, args, rule) in wrong.items():
+                    with self.subTest(name, sf=split_factor, world_size=world_size):
+                        self.assertIs(self.judge(op, args, rule, world_size), False)
+                for name, (op, args, rule) in right.items():
+                    with self.subTest(name, sf=split_factor, world_size=world_size):
+                        self.assertIs(self.judge(op, args, rule, world_size), True)
 
 
 if __name__ == "__main__":
