@@ -685,6 +685,8 @@ def _constructed(name: str):
         return _constructed_review12(name[len("review12-") :])
     if name.startswith("review13-"):
         return _constructed_review13(name[len("review13-") :])
+    if name.startswith("review14-"):
+        return _constructed_review14(name[len("review14-") :])
     if name.startswith("review15-"):
         return _constructed_review15(name[len("review15-") :])
     raise KeyError(name)
@@ -1365,6 +1367,34 @@ def _constructed_review13(name: str):
     raise KeyError(name)
 
 
+def _constructed_review14(name: str):
+    """The samples of the cold review rev25v F3 and F4
+    (/work/reviews/rev25v/F3_sum_avg_balanced.py, F4_zero_odd_idx.py; corpus entries
+    review14-*), ``OP-...``: integer P(avg) data whose nonzero elements balance in
+    sign through sum / sum.dim_IntList([-1]) (F3), and a 0-d zero P(avg) as the
+    second operand of an add with a Replicate 1 (F4)."""
+    import torch
+
+    aten = torch.ops.aten
+    dtypes = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
+              "i8": torch.int8}  # fmt: skip
+    table = {}
+    for dt, dtype in dtypes.items():
+        table[f"sumbal-{dt}"] = (
+            aten.sum.default, (torch.tensor([-1, 8, 1, -4], dtype=dtype),), {},
+        )  # fmt: skip
+        table[f"sumdimbal-{dt}"] = (
+            aten.sum.dim_IntList, (torch.tensor([-7, 6, 5, -2], dtype=dtype), [-1]),
+            {},
+        )  # fmt: skip
+    table["sumbal0-i64"] = (aten.sum.default, (torch.tensor([3, -1, 1, -3]),), {})
+    table["addzero-i64"] = (aten.add.Tensor, (torch.tensor(1), torch.tensor(0)), {})
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _constructed_review15(name: str):
     """The samples of the cold review rev25x F1 (/work/reviews/rev25x/F1_strided.py;
     corpus entries review15-*), ``OP-...``: ops that read only some rows of a
@@ -1706,6 +1736,24 @@ REVIEW13 = (
      _R13 + " ([0, 3, -5, 1])"),
 )  # fmt: skip
 
+# The cold review rev25v F3 and F4 (after F1/F2's fix): killed on stock and accepted
+# by the overlay (every split gave all elements of an operand a remainder of their own
+# sign, which cancel in a sum over elements of both signs; a 0-d zero at operand index
+# 1 never had a negative remainder).
+_R14 = "review rev25v: "
+REVIEW14 = (
+    *[(f"review14-{op}-{dt}-avg-avg", "reduction", dtype, _AVG, _R14 + note)
+      for dt, dtype in (("i64", "int64"), ("i32", "int32"), ("i16", "int16"),
+                        ("i8", "int8"))
+      for op, note in (("sumbal", "F3, int sum(P(avg)) on [-1, 8, 1, -4]"),
+                       ("sumdimbal", "F3, int sum.dim_IntList([-1]) (P(avg)) on "
+                                     "[-7, 6, 5, -2]"))],
+    ("review14-sumbal0-i64-avg-avg", "reduction", "int64", _AVG,
+     _R14 + "F3, int sum(P(avg)) on [3, -1, 1, -3]"),
+    ("review14-addzero-i64-R-avg-avg", "binary", "int64",
+     (("R", "P(avg)"), ("P(avg)",)), _R14 + "F4, int64 add(R(1), P(avg) 0), 0-d"),
+)  # fmt: skip
+
 # The cold review rev25x: F1 was killed on stock (unparsed) and accepted by the overlay
 # (every simulated rank held rank 0's piece of a _StridedShard input, and a
 # _StridedShard output's local shapes were not compared).
@@ -1783,6 +1831,25 @@ HAND_WITNESS = {
        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 1, x = 3 "
        "as pieces [-1, 8] (sum 2x + 1): the rule gives trunc((0 + 4) / 2) = 2, "
        "should be 1",
+    **{f"review14-sumbal-{dt}-avg-avg":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
+       "x = [-1, 8, 1, -4] as pieces [-2, 16, 2, -8] and [-1, 1, 0, -1] (each "
+       "element's mean truncates back to it): the rule gives trunc((8 + -1) / 2) = "
+       "3, should be 4"
+       for dt in ("i64", "i32", "i16", "i8")},
+    **{f"review14-sumdimbal-{dt}-avg-avg":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
+       "x = [-7, 6, 5, -2] as pieces [-14, 12, 10, -4] and [-1, 0, 0, 0]: the rule "
+       "gives trunc((4 + -1) / 2) = 1, should be 2"
+       for dt in ("i64", "i32", "i16", "i8")},
+    "review14-sumbal0-i64-avg-avg":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
+       "x = [3, -1, 1, -3] as pieces [6, -2, 2, -6] and [0, -1, 0, -1]: the rule "
+       "gives trunc((0 + -2) / 2) = -1, should be 0",
+    "review14-addzero-i64-R-avg-avg":
+       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, the "
+       "P(avg) 0 as pieces [0, -1] (trunc(-1 / 2) = 0), R 1 on both ranks: the rule "
+       "gives trunc((1 + 0) / 2) = 0, should be 1",
 }  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -1870,6 +1937,7 @@ FOUND = (
     *REVIEW11,
     *REVIEW12,
     *REVIEW13,
+    *REVIEW14,
     *REVIEW15,
 )  # fmt: skip
 

@@ -1974,6 +1974,54 @@ class AvgRemainderSignTest(TestCase):
                 ]  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_remainders_of_one_sign(self):
+        # Review rev25v F3: every split gave all elements of an operand a remainder
+        # of their own sign (or none), so on data whose nonzero elements balance in
+        # sign the remainders cancelled in a reduction over elements, and a wrong
+        # int sum(P(avg)) -> P(avg) passed. Witness (2 ranks): x = [-1, 8, 1, -4] as
+        # pieces [-2, 16, 2, -8] and [-1, 1, 0, -1]: the rule gives trunc(7 / 2) = 3,
+        # the truth 4. F4: a zero of an odd operand never had a negative remainder
+        # where the first mask gave it a positive one, and a wrong int64
+        # add(R(1), P(avg) 0) -> P(avg) passed (pieces [0, -1]: the rule gives
+        # trunc(1 / 2) = 0, the truth 1).
+        P, R = Partial, Replicate()
+        PA = ((P("avg"),), (P("avg"),))
+        balanced = {"[-1, 8, 1, -4]": [-1, 8, 1, -4], "[3, -1, 1, -3]": [3, -1, 1, -3],
+                    "[-7, 6, 5, -2]": [-7, 6, 5, -2],
+                    "2x4 with 0": [[-1, 8, 0, -4], [2, -5, 0, 3]]}  # fmt: skip
+        wrong, right = [], []
+        for dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
+            for name, data in balanced.items():
+                a = torch.tensor(data, dtype=dtype)
+                wrong += [
+                    (f"sum {name} {dtype}", aten.sum.default, (a,), {}, PA),
+                    (f"sum.dim -1 {name} {dtype}", aten.sum.dim_IntList, (a, [-1]),
+                     {}, PA),
+                ]  # fmt: skip
+                if dtype == torch.int64:
+                    # (a narrower sum widens its pieces first: wrong where they wrap)
+                    right.append((f"sum P(sum) {name} {dtype}", aten.sum.default,
+                                  (a,), {}, ((P("sum"),), (P("sum"),))))  # fmt: skip
+                right += [
+                    (f"clone {name} {dtype}", aten.clone.default, (a,), {}, PA),
+                    (f"neg {name} {dtype}", aten.neg.default, (a,), {}, PA),
+                    (f"mul by R 1 {name} {dtype}", aten.mul.Tensor,
+                     (a, torch.ones_like(a)), {}, ((P("avg"), R), PA[1])),
+                ]  # fmt: skip
+            # Right on this sample: its two remainders never reach world_size.
+            pair = torch.tensor([3, -3], dtype=dtype)
+            right.append((f"sum [3, -3] {dtype}", aten.sum.default, (pair,), {}, PA))
+        RA = ((R, P("avg")), (P("avg"),))
+        zero = torch.tensor(0)
+        for a in (1, 2, 9):
+            wrong.append((f"add R {a}, P(avg) 0", aten.add.Tensor,
+                          (torch.tensor(a), zero), {}, RA))  # fmt: skip
+        right += [
+            ("add R 0, P(avg) 0", aten.add.Tensor, (zero, zero), {}, RA),
+            ("mul R 1, P(avg) 0", aten.mul.Tensor, (torch.tensor(1), zero), {}, RA),
+        ]
+        self.run_rows(wrong, right)
+
     def test_splits_reduce_exactly(self):
         for world_size in (2, 3):
             for dtype in (torch.int64, torch.int8, torch.uint8):
