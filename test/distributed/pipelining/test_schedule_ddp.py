@@ -11,10 +11,17 @@ backward). The same for DDP's Python reducer (values only) and for a
 _PipelineScheduleRuntime that loads the schedule's compute+comms CSV. A parameter
 no micro-batch uses makes the step whose last weight backward cannot reach it raise,
 on every rank.
-DDP mixed precision is not covered: DDP's constructor needs an accelerator for it,
-and DDP alone raises "Expected to mark a variable ready only once" in a backward
-after several forwards with it (it registers its reducer hooks at every forward),
-which every schedule with several micro-batches does.
+DDP mixed precision (DistributedDataParallel(mixed_precision=...)) is refused,
+not run: test_schedule_ddp_mixed_precision.py checks that under ZBV, DualPipeV,
+InterleavedZeroBubble and Interleaved1F1B every rank raises the same error at the
+first step, before any forward (parameters still float64, no gradient). DDP's
+mixed precision registers its reducer hooks at every forward and removes them
+at the end of the backward that reduces, so a backward after several forwards
+(one per micro-batch, plus the metadata-inference forward) raises "Expected to
+mark a variable ready only once" with DDP alone too; it also upcasts and drops
+its hooks at the end of the autograd pass in which a bucket completes, which a
+split weight backward runs as several passes. Gradients under it are not
+covered (fully_shard() with MixedPrecisionPolicy is the supported route).
 
 test_ddp_stages_dp2_pp2 runs four ranks as (dp, pp) = (2, 2), two pipeline ranks
 per replica, every stage DDP, under the same schedules and Schedule1F1B: with the
