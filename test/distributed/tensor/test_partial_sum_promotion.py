@@ -1314,6 +1314,96 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 3):
             self._run(ws, body)
 
+    def test_an_out_from_replicate_float_operands_of_another_half_dtype(self):
+        # mul/add/div/sub of Replicate operands into a Partial(sum) out= whose
+        # dtype the computed dtype neither holds nor is held by (bfloat16
+        # into float16, float64 into complex64). The operand split into the
+        # out's Partial(sum) holds the result / world size on each rank, and
+        # its cast into out's dtype sums to the result's cast: the Partial is
+        # kept with no collective, the value of the op on plain tensors, and
+        # with a Partial operand, which must be reduced first, one
+        # all-reduce. These raised "no valid sharding strategy".
+        bf16, f64, c64, i64 = (
+            torch.bfloat16,
+            torch.float64,
+            torch.complex64,
+            torch.int64,
+        )
+        a = [1e5, 3.0, 7.0, -1.5, 65536.0, 3e38, 2.0**-14, -0.0]
+        c = [0.5, 3.0, -2.0, 1.0, 1.0, 2.0, 4.0, 1.0]
+        ops = [
+            ("mul", torch.mul),
+            ("add", torch.add),
+            ("sub", torch.sub),
+            ("div", torch.div),
+        ]
+        dtypes = [
+            (bf16, bf16, f16),
+            (i64, bf16, f16),
+            (bf16, i64, f16),
+            (f64, f64, c64),
+        ]
+
+        def operand(values, dtype):
+            if dtype == i64:
+                return torch.tensor([int(min(abs(v), 2**40)) for v in values])
+            return torch.tensor(values, dtype=f64).to(dtype)
+
+        cases = list(itertools.product(ops, dtypes))
+        # the op on plain tensors (outside LocalTensorMode)
+        truths = [
+            fn(
+                operand(a, adtype),
+                operand(c, cdtype),
+                out=torch.zeros(len(a), dtype=odtype),
+            )
+            for (_, fn), (adtype, cdtype, odtype) in cases
+        ]
+
+        def body(mesh):
+            ws = mesh.size()
+            for ((name, fn), (adtype, cdtype, odtype)), truth in zip(cases, truths):
+                with self.subTest(name, a=adtype, c=cdtype, out=odtype, ws=ws):
+                    ra = distribute_tensor(operand(a, adtype), mesh, [Replicate()])
+                    rc = distribute_tensor(operand(c, cdtype), mesh, [Replicate()])
+                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        res = fn(ra, rc, out=out)
+                    self.assertEqual(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(res.placements, (Partial(),))
+                    got = res.full_tensor()._local_tensors[0]
+                    self.assertEqual(got, truth, atol=0, rtol=0, equal_nan=True)
+            # A bfloat16 Partial operand whose per-rank products overflow
+            # float16 (131072 * 0.5 and -130048 * 0.5): reduced first, then
+            # the Replicate operand is split into the out.
+            x = self._partial(
+                mesh, bf16, [[131072.0]] + [[-130048.0]] + [[0.0]] * (ws - 2)
+            )
+            y = distribute_tensor(torch.tensor([0.5], dtype=bf16), mesh, [Replicate()])
+            out = self._partial(mesh, f16, [[0.0]] * ws)
+            comm_mode = CommDebugMode()
+            with comm_mode:
+                torch.mul(x, y, out=out)
+            self.assertEqual(comm_mode.get_total_counts(), 1)
+            self.assertEqual(out.placements, (Partial(),))
+            self.assertEqual(
+                out.full_tensor()._local_tensors[0], torch.tensor([512.0], dtype=f16)
+            )
+            # float16 into bfloat16 stays refused: the op overflows in float16
+            # (65504 + 10000 is inf), its per-rank halves do not, and their
+            # bfloat16 sum would read 75776.
+            fa = distribute_tensor(
+                torch.tensor([65504.0], dtype=f16), mesh, [Replicate()]
+            )
+            fc = distribute_tensor(torch.tensor([1e4], dtype=f16), mesh, [Replicate()])
+            out = self._partial(mesh, bf16, [[0.0]] * ws)
+            with self.assertRaisesRegex(RuntimeError, "no valid sharding strategy"):
+                torch.add(fa, fc, out=out)
+
+        for ws in (2, 4):
+            self._run(ws, body)
+
     def test_an_operand_the_op_converts_exactly_keeps_the_partial(self):
         # A 1-dim Replicate operand of an in-place, out= or foreach add/sub
         # into a Partial(sum) x, where the op computes in a third dtype that
