@@ -3,7 +3,7 @@
 is refused when the schedule initializes its stages for a backward, at every step,
 with the same error on every rank (also on the ranks whose own stages do not have
 the option) and before anything is computed or exchanged; the first stage keeps it,
-and so does a DDP over a one-rank group. The pipeline ranks agree in the all-reduce
+and so does a DDP over a one-rank group unless its user finalizes the backward. The pipeline ranks agree in the all-reduce
 that the schedule already runs when it initializes its stages: no other collective,
 and none in later steps.
 
@@ -14,7 +14,8 @@ in the first step and none in the second; the option on stage 1 only, or on both
 stages, is refused on all four ranks. (4, 1) under ScheduleInterleaved1F1B (four
 stages per rank) is refused; (4, 1) under Schedule1F1B with one stage, and (1, 4)
 under Schedule1F1B, ScheduleGPipe (one stage per rank) and ScheduleInterleaved1F1B
-(two stages per rank) give the reference gradients. The data- and pipeline-parallel
+(two stages per rank) give the reference gradients; (1, 4) under Schedule1F1B with
+the user's manual finalization is refused on all four ranks. The data- and pipeline-parallel
 groups time out after 30 s, so a rank left waiting fails instead of hanging."""
 
 from datetime import timedelta
@@ -70,18 +71,24 @@ class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
             r"past the first: stages \[{}\] of {} have it"
         )
         all_reduce = dist.all_reduce
-        for schedule_cls, per_rank, (dp, pp), static, rejected in (
-            (Schedule1F1B, 1, (2, 2), {0}, None),
-            (Schedule1F1B, 1, (2, 2), {1}, [1]),
-            (Schedule1F1B, 1, (2, 2), {0, 1}, [1]),
-            (ScheduleInterleaved1F1B, 4, (4, 1), {0, 1, 2, 3}, [1, 2, 3]),
-            (Schedule1F1B, 1, (4, 1), {0}, None),
+        for schedule_cls, per_rank, (dp, pp), static, rejected, manual in (
+            (Schedule1F1B, 1, (2, 2), {0}, None, False),
+            (Schedule1F1B, 1, (2, 2), {1}, [1], False),
+            (Schedule1F1B, 1, (2, 2), {0, 1}, [1], False),
+            (ScheduleInterleaved1F1B, 4, (4, 1), {0, 1, 2, 3}, [1, 2, 3], False),
+            (Schedule1F1B, 1, (4, 1), {0}, None, False),
             # a one-rank DDP group: kept (its all-reduces change no value)
-            (Schedule1F1B, 1, (1, 4), {0, 1, 2, 3}, None),
-            (ScheduleGPipe, 1, (1, 4), {0, 1, 2, 3}, None),
-            (ScheduleInterleaved1F1B, 2, (1, 4), set(range(8)), None),
+            (Schedule1F1B, 1, (1, 4), {0, 1, 2, 3}, None, False),
+            (ScheduleGPipe, 1, (1, 4), {0, 1, 2, 3}, None, False),
+            (ScheduleInterleaved1F1B, 2, (1, 4), set(range(8)), None, False),
+            # ... unless its user finalizes the backward: DDP then fails on the
+            # ranks of the stages past the first while the others wait
+            (Schedule1F1B, 1, (1, 4), {0, 1, 2, 3}, [1, 2, 3], True),
         ):
-            name = f"{schedule_cls.__name__}, (dp, pp) = {(dp, pp)}, static {static}"
+            name = (
+                f"{schedule_cls.__name__}, (dp, pp) = {(dp, pp)}, static {static}"
+                f"{', manual finalization' if manual else ''}"
+            )
             with self.subTest(name):
                 dp_group, pp_group = self.groups(dp, pp)
                 dp_rank, pp_rank = self.rank // pp, self.rank % pp
@@ -100,10 +107,14 @@ class ScheduleDDPStaticGraphTest(TwoRankGlooTestCase):
                     )
                     for i in layout
                 ]
+                for stage in stages:
+                    stage.submod.require_manual_backward_finalization = manual
                 schedule = schedule_cls(
                     stages if per_rank > 1 else stages[0],
                     n_microbatches=N_MICROBATCHES,
                     loss_fn=loss_fn,
+                    # manual finalization refuses scale_grads=True (its own check)
+                    scale_grads=not manual,
                 )
                 if rejected is not None:
                     pattern = refused.format(", ".join(map(str, rejected)), n_stages)
