@@ -616,6 +616,50 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(opt_mod(x), x * 2 + 1)
         self.assertEqual(cnt.frame_count, 1)
 
+    def test_key_guard_with_hasattr_of_property_over_lazy_key(self):
+        """`"_x" in o.__dict__` and `o.__dict__.get("_x", d)` guard the key
+        absent; `hasattr(o, "px")`, a property over `_x` that __getattr__
+        computes and stores, is guarded by running the property for real as the
+        guards are built, which stores `_x`. Fresh objects: eager's values."""
+
+        class C:
+            def __getattr__(self, name):
+                if name == "_x":
+                    self._x = 3.0
+                    return 3.0
+                raise AttributeError(name)
+
+            @property
+            def px(self):
+                return self._x + 1.0
+
+        def f_in(x, o):
+            return (
+                x
+                + (1.0 if "_x" in o.__dict__ else 0.0)
+                + (1.0 if hasattr(o, "px") else -1.0)
+            )
+
+        def f_get(x, o):
+            return x + o.__dict__.get("_x", 10.0) + (1.0 if hasattr(o, "px") else -1.0)
+
+        def run(fn):
+            out = []
+            for _ in range(3):
+                o = C()
+                out.append((fn(torch.ones(1), o).item(), sorted(o.__dict__)))
+            return out
+
+        for fn in (f_in, f_get):
+            for backend in ("eager", "aot_eager"):
+                with self.subTest(fn=fn.__name__, backend=backend):
+                    expected = run(fn)
+                    torch._dynamo.reset()
+                    self.assertEqual(
+                        run(torch.compile(fn, backend=backend, fullgraph=True)),
+                        expected,
+                    )
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests

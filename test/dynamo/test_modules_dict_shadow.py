@@ -704,6 +704,209 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
                         opt_fn = torch.compile(fn, backend=backend, fullgraph=True)
                         self.assertEqual(run(opt_fn, change, on_base), expected)
 
+    @staticmethod
+    def _outcomes(fn, states):
+        """fn's value (or the type of what it raised) and the object's
+        __dict__ keys after each call, one call per state."""
+        out = []
+        for state in states:
+            o = state()
+            try:
+                value = fn(torch.ones(1), o).item()
+            except Exception as e:
+                value = type(e).__name__
+            out.append((value, sorted(o.__dict__)))
+        return out
+
+    def _check_against_eager(self, fn, make_states, backends=("eager", "aot_eager")):
+        expected = self._outcomes(fn, make_states())
+        for backend in backends:
+            with self.subTest(backend=backend):
+                torch._dynamo.reset()
+                opt_fn = torch.compile(fn, backend=backend)
+                self.assertEqual(self._outcomes(opt_fn, make_states()), expected)
+
+    def test_lazily_computed_attribute_read_by_another_hasattr_guard(self):
+        """A name that a memoizing __getattr__ stores in __dict__, read by
+        code that another hasattr guard of the frame runs for real as the
+        guards are built: a property over the lazily computed field (each way
+        of storing it), a lazy config asked for a present and a missing name,
+        a wrapper without __getattr__ whose property reads an inner object's
+        lazy field, and an nn.Module whose __getattr__ caches what
+        nn.Module.__getattr__ returns, under a property. Fresh objects, and
+        one object whose stored field is removed before every other call."""
+
+        def store(form, o, name, value):
+            if form == "dict":
+                o.__dict__[name] = value
+            elif form == "setattr":
+                setattr(o, name, value)
+            else:
+                object.__setattr__(o, name, value)
+
+        def make_prop_over_lazy(form):
+            class C:
+                def __getattr__(self, name):
+                    if name == "_x":
+                        store(form, self, "_x", 3.0)
+                        return 3.0
+                    raise AttributeError(name)
+
+                @property
+                def px(self):
+                    return self._x + 1.0
+
+            return C, "px", "_x"
+
+        def make_lazy_config(name):
+            class C:
+                def __getattr__(self, n):
+                    if n == "_cfg":
+                        self.__dict__["_cfg"] = {"k": 4.0}
+                        return self.__dict__["_cfg"]
+                    if n in self._cfg:
+                        return self._cfg[n]
+                    raise AttributeError(n)
+
+            return C, name, "_cfg"
+
+        def make_wrapper():
+            class Inner:
+                def __getattr__(self, name):
+                    if name == "lazy":
+                        self.__dict__["lazy"] = 2.0
+                        return 2.0
+                    raise AttributeError(name)
+
+            class W:
+                def __init__(self):
+                    self.inner = Inner()
+
+                @property
+                def a(self):
+                    return self.inner.lazy
+
+            return W, "a", None
+
+        def make_caching_module():
+            class M(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("b", torch.full((1,), 2.0))
+
+                def __getattr__(self, name):
+                    value = super().__getattr__(name)
+                    self.__dict__[name] = value
+                    return value
+
+                @property
+                def p(self):
+                    return self.b * 3
+
+            return M, "p", "b"
+
+        cases = {
+            **{
+                f"prop_over_lazy_{f}": (make_prop_over_lazy, f)
+                for f in ("dict", "setattr", "object_setattr")
+            },
+            "lazy_config_present": (make_lazy_config, "k"),
+            "lazy_config_missing": (make_lazy_config, "missing"),
+            "wrapper_property": (make_wrapper,),
+            "caching_module_property": (make_caching_module,),
+        }
+        for case, (make, *args) in cases.items():
+            cls, name, stored = make(*args)
+
+            def f_hasattr(x, o, name=name):
+                return x + (1.0 if hasattr(o, name) else -1.0)
+
+            def f_getattr_default(x, o, name=name):
+                return x + getattr(o, name, -1.0)
+
+            def fresh_objects(cls=cls):
+                return [cls] * 4
+
+            def one_object(cls=cls, stored=stored):
+                o = cls()
+
+                def same():
+                    return o
+
+                def removed():
+                    o.__dict__.pop(stored, None)
+                    return o
+
+                return [same, removed, same, removed]
+
+            for fn in (f_hasattr, f_getattr_default):
+                for make_states in (fresh_objects, one_object):
+                    if make_states is one_object and stored is None:
+                        continue
+                    with self.subTest(
+                        case=case, fn=fn.__name__, states=make_states.__name__
+                    ):
+                        self._check_against_eager(fn, make_states)
+
+    def test_class_lookup_guard_reads_the_mro_not_the_metaclass(self):
+        """hasattr and getattr with a default of a name that the instance's
+        __getattr__ supplies and the metaclass also supplies at class level
+        (its __getattr__ or a property): a property added to the class later
+        (here on its base) is found by the instance lookup, which never
+        consults the metaclass."""
+
+        def boom(self):
+            raise RuntimeError("boom")
+
+        def make(form):
+            if form == "metaclass_getattr":
+
+                class M(type):
+                    def __getattr__(cls, name):
+                        if name == "a":
+                            return 9.0
+                        raise AttributeError(name)
+
+            else:
+
+                class M(type):
+                    @property
+                    def a(cls):
+                        return 9.0
+
+            class Base:
+                pass
+
+            class C(Base, metaclass=M):
+                def __getattr__(self, name):
+                    if name == "a":
+                        return 5.0
+                    raise AttributeError(name)
+
+            o = C()
+
+            def same():
+                return o
+
+            def class_changed():
+                Base.a = property(boom)
+                return o
+
+            return [same, same, class_changed, same]
+
+        def f_hasattr(x, o):
+            return x + (1.0 if hasattr(o, "a") else -1.0)
+
+        def f_getattr_default(x, o):
+            return x + getattr(o, "a", -1.0)
+
+        for form in ("metaclass_getattr", "metaclass_property"):
+            for fn in (f_hasattr, f_getattr_default):
+                with self.subTest(form=form, fn=fn.__name__):
+                    self._check_against_eager(
+                        fn, functools.partial(make, form), backends=("eager",)
+                    )
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
