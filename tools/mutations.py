@@ -689,6 +689,8 @@ def _constructed(name: str):
         return _constructed_review14(name[len("review14-") :])
     if name.startswith("review15-"):
         return _constructed_review15(name[len("review15-") :])
+    if name.startswith("review16-"):
+        return _constructed_review16(name[len("review16-") :])
     raise KeyError(name)
 
 
@@ -1416,6 +1418,28 @@ def _constructed_review15(name: str):
     raise KeyError(name)
 
 
+def _constructed_review16(name: str):
+    """The samples of the cold review rev25y (/work/reviews/rev25y: cases_avg2.py,
+    cases_ss2.py; corpus entries review16-*), ``OP-...``: integer P(avg) data of zeros
+    or zeros next to one sign (F2), and a slice of a _StridedShard input's first rows
+    claimed as a Shard output (F3)."""
+    import torch
+
+    aten = torch.ops.aten
+    table = {
+        "sumzeros": (aten.sum.default, (torch.tensor([0, 0, 5]),), {}),
+        "sumallzero": (aten.sum.default, (torch.tensor([0, 0, 0, 0]),), {}),
+        "cumsumzeros": (aten.cumsum.default, (torch.tensor([0, 0]), 0), {}),
+        "stridedslice3": (
+            aten.slice.Tensor, (torch.arange(24.0).reshape(8, 3), 0, 0, 3), {},
+        ),
+    }  # fmt: skip
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1770,6 +1794,22 @@ REVIEW15 = (
      ((_SS2, "R"), ("R",)), _R15 + "index_select(x, 0, [0])"),
 )  # fmt: skip
 
+# The cold review rev25y (of the fixes for rev25v F3/F4 and rev25x F1): F2 and F3
+# were killed on stock and accepted by the overlay (zeros took the checkerboard's
+# alternating remainders outside the sign checks; a Shard output's row count was not
+# compared).
+_R16 = "review rev25y: "
+REVIEW16 = (
+    ("review16-sumzeros-i64-avg-avg", "reduction", "int64", _AVG,
+     _R16 + "F2, int sum(P(avg)) on [0, 0, 5]"),
+    ("review16-sumallzero-i64-avg-avg", "reduction", "int64", _AVG,
+     _R16 + "F2, int sum(P(avg)) on [0, 0, 0, 0]"),
+    ("review16-cumsumzeros-i64-avg-avg", "scan", "int64", _AVG,
+     _R16 + "F2, int cumsum(P(avg)) on [0, 0]"),
+    ("review16-stridedslice3-ss-s0-f32", "indexing", "float32",
+     (("_S(0, 2)",), ("S(0)",)), _R16 + "F3, slice(x, 0, 0, 3) of an 8x3 x"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -1782,6 +1822,18 @@ KNOWN_ACCEPTED = frozenset(
 # the non-finite rows, whose oracle splits are not valid for a P(sum) (an inf as
 # (inf, nan)) or missing (G5).
 HAND_WITNESS = {
+    "review16-sumzeros-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): [0, 0, 5] as pieces "
+        "[1, 1, 6] / [0, 0, 5] (each element truncates back): per-rank sums [8, 5] give "
+        "trunc(13 / 2) = 6, should be 5",
+    "review16-sumallzero-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): [0, 0, 0, 0] as "
+        "pieces [1, 1, 0, 0] / [0, 0, 0, 0]: per-rank sums [2, 0] give trunc(2 / 2) = "
+        "1, should be 0",
+    "review16-cumsumzeros-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): [0, 0] as pieces "
+        "[1, 1] / [0, 0]: the last element per rank [2, 0] gives trunc(2 / 2) = 1, "
+        "should be 0",
     "review11-fmodnorm-max-nm1-max":
         "trial 0 (by hand, a split of the sample itself): M = -5 as P(max) pieces "
         "[-5, -(3*N1 + 1)], N = 1e5 as _NormP(-1) pieces [1e5/0.7, 1e5/0.3]: P(max) "
@@ -1939,6 +1991,7 @@ FOUND = (
     *REVIEW13,
     *REVIEW14,
     *REVIEW15,
+    *REVIEW16,
 )  # fmt: skip
 
 

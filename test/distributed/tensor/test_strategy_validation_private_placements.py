@@ -192,7 +192,8 @@ class StridedShardInputTest(TestCase):
     """A _StridedShard input holds on each simulated rank that rank's strided piece:
     wrong rules reading only some rows are rejected, right ones accepted, at 2 and 3
     ranks (every rank held rank 0's piece, so a select of row 0 passed as Replicate and
-    a clone did not redistribute back to the input)."""
+    a clone did not redistribute back to the input; with the pieces right, a slice of
+    the first rows passed as a Shard output, whose row count was not compared)."""
 
     judge = NormPartialWrongRuleTest.judge
 
@@ -206,6 +207,12 @@ class StridedShardInputTest(TestCase):
                 "select(0) -> R": (aten.select.int, (x, 0, 0), ((S,), (R,))),
                 "slice[0:2] -> R": (aten.slice.Tensor, (x, 0, 0, 2), ((S,), (R,))),
                 "slice[0:2] -> same": (aten.slice.Tensor, (x, 0, 0, 2), ((S,), (S,))),
+                # each rank's first rows are the truth's: only the row count differs
+                "slice[0:3] -> S(0)": (
+                    aten.slice.Tensor,
+                    (x, 0, 0, 3),
+                    ((S,), (Shard(0),)),
+                ),
                 "index_select -> R": (
                     aten.index_select.default,
                     (x, 0, torch.tensor([0])),
