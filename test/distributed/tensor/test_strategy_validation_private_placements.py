@@ -197,9 +197,24 @@ class StridedShardInputTest(TestCase):
 
     judge = NormPartialWrongRuleTest.judge
 
+    def test_shard_output_row_count(self):
+        # Each rank's first rows of a _StridedShard(0, 2) piece of arange rows are
+        # the truth's first rows: only the Shard output's row count tells. Witness
+        # (8 rows, 2 ranks): pieces [0, 1, 4, 5] / [2, 3, 6, 7], slice [0:3] gives
+        # 3 rows on each, where Shard(0) of 3 rows holds 2 and 1.
+        x = torch.arange(24.0).reshape(8, 3)
+        rule = ((_StridedShard(0, split_factor=2),), (Shard(0),))
+        for world_size, end in ((2, 3), (4, 2), (4, 3)):
+            with self.subTest(world_size=world_size, end=end):
+                self.assertIs(
+                    self.judge(aten.slice.Tensor, (x, 0, 0, end), rule, world_size),
+                    False,
+                )
+
     def test_strided_shard_inputs(self):
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(12, 3, generator=g)
+        # 36 rows: every split even (rows divisible by split_factor * world_size)
+        x = torch.randn(36, 3, generator=g)
         R = Replicate()
         for split_factor in (2, 3):
             S = _StridedShard(0, split_factor=split_factor)
