@@ -1399,6 +1399,67 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 4):
             self._run(ws, body)
 
+    def test_a_second_mul_operand_is_split_in_the_dtype_the_op_reads_it_in(self):
+        # mul of a bfloat16/float16 Shard(0) or Replicate x by a 0-dim float64
+        # or float32 Replicate v into a Partial(sum) out= splits v. The CPU
+        # kernel reads the whole v as a float32 scalar, not rounded into x's
+        # dtype (bfloat16 64896 * float64 1/3 is 21632; bfloat16(1/3) gives
+        # 21760; float16 x * float64 1e5 is finite where float16(1e5) is
+        # inf): v is split in float32, as the op reads it, and the result is
+        # the op's on plain tensors, bit for bit.
+        bf16, f64 = torch.bfloat16, torch.float64
+        a = [64896.0, 3.0, 1.0, -7.5, 300.0, 12345.0, 0.1, -2.0]
+        cases = list(
+            itertools.product(
+                (bf16, f16),
+                (f64, f32),
+                (1 / 3, 0.1, 2.718281828459045, 1e5),
+                ("x's", f32),
+                (Shard(0), Replicate()),
+            )
+        )
+        cases = [
+            (adtype, vdtype, v, adtype if odtype == "x's" else odtype, pl)
+            for adtype, vdtype, v, odtype, pl in cases
+        ]
+        # the op on plain tensors (outside LocalTensorMode)
+        truths = [
+            torch.mul(
+                torch.tensor(a, dtype=adtype),
+                torch.tensor(v, dtype=vdtype),
+                out=torch.zeros(len(a), dtype=odtype),
+            )
+            for adtype, vdtype, v, odtype, _ in cases
+        ]
+
+        def body(mesh):
+            ws = mesh.size()
+            for (adtype, vdtype, v, odtype, pl), truth in zip(cases, truths):
+                if odtype != adtype and truth.isinf().any():
+                    # each rank's piece of a float16 result that overflows
+                    # only whole is finite in a float32 Partial (as on main)
+                    continue
+                with self.subTest(a=adtype, v=vdtype, value=v, out=odtype, x=pl, ws=ws):
+                    x = distribute_tensor(torch.tensor(a, dtype=adtype), mesh, [pl])
+                    rv = distribute_tensor(
+                        torch.tensor(v, dtype=vdtype), mesh, [Replicate()]
+                    )
+                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        res = torch.mul(x, rv, out=out)
+                    # a Shard(0) x is gathered (all_gather) and v split
+                    self.assertEqual(
+                        comm_mode.get_total_counts(), 1 if pl == Shard(0) else 0
+                    )
+                    self.assertEqual(res.placements, (Partial(),))
+                    self.assertEqual(res.dtype, odtype)
+                    got = res.full_tensor()._local_tensors[0]
+                    self.assertEqual(got, truth, atol=0, rtol=0, equal_nan=True)
+
+        for ws in (2, 4):
+            self._run(ws, body)
+
     def test_an_operand_the_op_converts_exactly_keeps_the_partial(self):
         # A 1-dim Replicate operand of an in-place, out= or foreach add/sub
         # into a Partial(sum) x, where the op computes in a third dtype that
