@@ -526,6 +526,30 @@ class StageBackwardSplitReuseTests(TestCase):
         for param, ref in zip(params, ref_params, strict=True):
             torch.testing.assert_close(param.grad, ref.grad)
 
+    def test_tensor_hook_registered_after_input_backward_runs_once(self):
+        """A tensor hook registered on the reused weight between I and W: the
+        matmul plan would call it once per use when it captures each use's
+        gradient, so W runs the group from its intermediates instead; the hook
+        runs once and its result is what accumulates."""
+        width, batch = 64, 4
+        params = linear_params(1, width=width)
+        ref_params = clone_params(params)
+        x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
+        grads = [torch.randn(batch, width, dtype=torch.float64)]
+        outputs = reused_layer(4)(x, params)
+        _, param_groups = stage_backward_input(outputs, grads, [x], iter(params))
+        del outputs
+        self.assertEqual(["direct" in g for g in param_groups], [True])
+        calls = []
+        for ps in (params, ref_params):
+            ps[0].register_hook(lambda g: (calls.append(1), 2 * g)[1])
+        stage_backward_weight(iter(params), param_groups)
+        self.assertEqual(len(calls), 1)
+        torch.autograd.backward(reused_layer(4)(x.detach(), ref_params), grads)
+        self.assertEqual(len(calls), 2)
+        for param, ref in zip(params, ref_params, strict=True):
+            torch.testing.assert_close(param.grad, ref.grad)
+
     def test_reused_layer_that_is_not_a_matmul_has_no_plan(self):
         """A weight reused through another op (an elementwise scale) keeps the
         rule of a group whose weight backward re-runs the chain: no plan."""
