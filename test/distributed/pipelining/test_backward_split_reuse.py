@@ -487,6 +487,41 @@ class StageBackwardSplitReuseTests(TestCase):
         moved = [False, False, True, False] if bias_group else [False] * 3
         self.assertEqual(self.moved, moved)
 
+    def test_reused_block_of_matmul_layers(self):
+        """A transformer-like block applied twice (ALBERT-style) between two
+        layers used once, on (batch, seq, width) inputs: a norm with a weight,
+        gated q / k projections, an output projection and a two-layer MLP, with
+        residuals. Each projection is its own group whose weight backward would
+        re-run the chain through both blocks (2.03x a fused backward without the
+        matmul plan at 6 rows); with it I + W cost a fused backward, and the
+        gradients equal its."""
+
+        def stage(x, params):
+            inp, q, k, o, up, down, out, g = params
+            x = F.linear(x, inp)
+            for _ in range(2):
+                h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * g
+                gate = torch.relu(F.linear(h, q)) * torch.tanh(F.linear(h, k))
+                x = x + F.linear(gate, o)
+                x = x + F.linear(torch.relu(F.linear(x, up)), down)
+            return [F.linear(x, out)]
+
+        torch.manual_seed(0)
+        shapes = [(WIDTH, WIDTH)] * 4 + [(2 * WIDTH, WIDTH), (WIDTH, 2 * WIDTH)]
+        params = [
+            torch.nn.Parameter(torch.randn(s, dtype=torch.float64) / s[-1] ** 0.5)
+            for s in [*shapes, (WIDTH, WIDTH)]
+        ]
+        params.append(torch.nn.Parameter(torch.ones(WIDTH, dtype=torch.float64)))
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            stage, params, batch=2, seq=3
+        )
+        self.assertEqual(i_flops + w_flops, fused)
+        # q, k, o, up and down keep their weight gradients in W, by the plan;
+        # the norm's weight (not a matmul) fits in its saved gradients and moves
+        self.assertEqual(sum(self.direct), 5)
+        self.assertEqual(sum(self.moved), 1)
+
     def test_reused_matmul_layer_weight_backward_hooks_and_order(self):
         """The matmul plan in the I, I, W, W order of zero-bubble schedules:
         each parameter's AccumulateGrad runs once per weight backward (its
