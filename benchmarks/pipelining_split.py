@@ -27,7 +27,9 @@ backwards (the order zero-bubble schedules use; the overlay is told k, as a sche
 its stages), for Linear(H, H) applied N times to
 micro-batches of T rows (large weights and small micro-batches included) and for a weight
 penalty in the loss: bytes held after the k I's, the FLOP ratio (k I's + k W's) / k fused
-backwards, and whether the overlay computed the weight gradients in I. Weights shared in
+backwards, and where the overlay computed the weight gradients: "I" (in the input
+backward), "W mm" (in the weight backward, from each use's saved gradient and matmul
+operands, without the chain between the uses) or "no" (as stock). Weights shared in
 mirror (MIRROR: weight i used by layers i and 2M - 1 - i, 4x4 weights): CPU ms of
 stage_backward_input, which is where the overlay chooses the groups to compute in I.
 
@@ -49,7 +51,7 @@ worked out by hand, and its peak over start equals what the CPU allocator itself
 The worker prints JSON: {"rows": {"<kind> <N>": {"correct", "time", "flops", "held_mb",
 "peak_w_mb", "peak_w_parts_mb", "groups_ms"} or {"error"}}, "tracker_check": {...},
 "in_flight": {"<label> <H> <T> <N> <k> <penalty>": {"held_mb", "flops", "correct",
-"moved"}}, "mirror_ms": {"<M>": ms}}.
+"moved", "direct"}}, "mirror_ms": {"<M>": ms}}.
 """
 
 from __future__ import annotations
@@ -500,6 +502,7 @@ def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
             seen.add(key)
             nbytes += t.untyped_storage().nbytes()
     moved = any("param_grads" in g for g in pending[0])
+    direct = any("direct" in g for g in pending[0])  # the overlay's matmul plan for W
     del tensors
     for groups in pending:
         with FlopCounterMode(display=False) as counter:
@@ -510,7 +513,7 @@ def in_flight(width: int, rows: int, uses: int, k: int, penalty: bool) -> dict:
         for p, g in zip(params, fused_grads, strict=True)
     )
     return {"held_mb": nbytes / 2**20, "flops": split_flops / fused_flops,
-            "correct": correct, "moved": moved}  # fmt: skip
+            "correct": correct, "moved": moved, "direct": direct}  # fmt: skip
 
 
 def mirror_input_backward_ms(m: int, reps: int) -> float:
@@ -575,6 +578,13 @@ def tracker_check_verdict(check: dict) -> str:
                     f"a W that {how}; peak - start = the allocator's")  # fmt: skip
     return (f"MISMATCH: peak {kib['peak']:.0f} KiB, by hand {kib['hand_peak_frees']:.0f}, "
             f"{kib['hand_peak_frees_grads']:.0f} or {kib['hand_peak_keeps']:.0f} KiB")  # fmt: skip
+
+
+def where(result: dict) -> str:
+    """Where the overlay computed an in-flight row's weight gradients."""
+    if result["moved"]:
+        return "I"
+    return "W mm" if result.get("direct") else "no"
 
 
 def verdict(result: dict) -> str:
@@ -647,14 +657,15 @@ def main() -> None:
         print(f"  {name:12} " + ", ".join(f"{k} {v:+.2f}" for k, v in sorted(parts.items()) if v))
     print("micro-batches in flight: k I's, then k W's (zero-bubble order), Linear(H, H) "
           "applied N times to micro-batches of T rows, fp32; held MB after the k I's, "
-          "FLOP ratio (I+W)/fused; moved: the overlay computed the weight gradients in I")  # fmt: skip
-    print(f"{'case':26} {'held MB':>18} {'FLOP ratio':>15} {'moved':>6} {'grads':>10}")
+          "FLOP ratio (I+W)/fused; dW: where the overlay computed the weight gradients "
+          "(I, W mm = in W without the chain, no = as stock)")  # fmt: skip
+    print(f"{'case':26} {'held MB':>18} {'FLOP ratio':>15} {'dW':>6} {'grads':>10}")
     for name in stock_json["in_flight"]:
         s, o = stock_json["in_flight"][name], overlay_json["in_flight"][name]
         label, h, t, n, k, _ = name.split()
         case = f"{label} H={h} T={t} N={n} k={k}"
         print(f"{case:26} {s['held_mb']:7.2f} | {o['held_mb']:7.2f} {s['flops']:6.2f} | "
-              f"{o['flops']:5.2f} {'yes' if o['moved'] else 'no':>6} "
+              f"{o['flops']:5.2f} {where(o):>6} "
               f"{verdict(s):>4} | {verdict(o)}")  # fmt: skip
     print("weights shared in mirror (weight i in layers i and 2M-1-i), 4x4: "
           "stage_backward_input CPU ms, best of --reps, stock | overlay")  # fmt: skip

@@ -5,8 +5,11 @@ backward must not re-run the dX chain between the layer's uses, so input plus
 weight backward cost what a fused backward costs, with the same gradients.
 Ordinary layers keep their weight-gradient work in the weight backward, and so
 does a reused layer whose weight gradient would take more memory than what the
-weight backward would otherwise keep, by more than its saved gradients over the
-micro-batches in flight (``in_flight``, which a schedule sets on its stages)."""
+weight backward would otherwise keep: a matmul layer's weight backward then
+computes each use's weight gradient from the gradient saved at that use, without
+the chain; any other layer's re-runs the chain unless it fits in its saved
+gradients over the micro-batches in flight (``in_flight``, which a schedule sets
+on its stages)."""
 
 import contextlib
 import copy
@@ -67,6 +70,12 @@ def reused_layer(uses):
     return stage
 
 
+def no_matmul_plan():
+    """Treat every group as one whose weight backward must re-run the chain
+    (as for a reused layer that is not a matmul)."""
+    return mock.patch.object(_backward, "_direct_weight_plan", lambda *args: None)
+
+
 def plain_stack(x, params):
     for w, b in zip(params[::2], params[1::2]):
         x = torch.relu(F.linear(x, w, b))
@@ -82,19 +91,23 @@ class StageBackwardSplitReuseTests(TestCase):
         n_microbatches=2,
         batch=BATCH,
         width=WIDTH,
+        seq=None,
+        exact=False,
         **kwargs,
     ):
         """Several micro-batches through the split and through a fused backward;
-        every gradient must match. Returns the FLOPs of the last micro-batch's
-        input backward, weight backward and fused backward. ``kwargs`` go to
-        ``stage_backward_input``."""
+        every gradient must match (be bitwise equal with ``exact``). Returns the
+        FLOPs of the last micro-batch's input backward, weight backward and fused
+        backward. Inputs are (batch, width), or (batch, seq, width) with ``seq``.
+        ``kwargs`` go to ``stage_backward_input``."""
         if ref_params is None:
             ref_params = clone_params(params)
         torch.manual_seed(1)
+        shape = (batch, width) if seq is None else (batch, seq, width)
         for _ in range(n_microbatches):
-            x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
+            x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
             ref_x = x.detach().clone().requires_grad_()
-            grads = [torch.randn(batch, width, dtype=torch.float64)]
+            grads = [torch.randn(shape, dtype=torch.float64)]
             outputs = stage(x, params)
             ref_outputs = stage(ref_x, ref_params)
             counters = [FlopCounterMode(display=False) for _ in range(3)]
@@ -108,11 +121,15 @@ class StageBackwardSplitReuseTests(TestCase):
             with counters[2]:
                 stage_backward_weight(iter(params), param_groups)
             self.moved = ["param_grads" in g for g in param_groups]
+            self.direct = ["direct" in g for g in param_groups]
             fused, i_flops, w_flops = (c.get_total_flops() for c in counters)
             torch.testing.assert_close(dinputs[0], ref_x.grad)
             for param, ref in zip(params, ref_params, strict=True):
                 self.assertIsNotNone(param.grad)
-                torch.testing.assert_close(param.grad, ref.grad)
+                if exact:
+                    self.assertTrue(torch.equal(param.grad, ref.grad))
+                else:
+                    torch.testing.assert_close(param.grad, ref.grad)
         return i_flops, w_flops, fused
 
     @parametrize("uses", [4, 16])
@@ -290,16 +307,16 @@ class StageBackwardSplitReuseTests(TestCase):
         2 uses of 8 rows (256 + 128) and 4 uses of 3 rows (192 + 144, fewer rows
         than the width in all) move for the activations they free, 3 uses of 8
         rows (384 + 256) for the saved gradients alone. Moving never holds more
-        than the old path: checked with a pack hook on the saved tensors."""
+        than the old path: checked with a pack hook on the saved tensors. Either
+        way I + W cost a fused backward."""
         i_flops, w_flops, fused = self.run_split_and_fused(
             reused_layer(uses), linear_params(1), batch=batch
         )
         self.assertEqual(self.moved, [moves])
-        if moves:
-            self.assertEqual(i_flops + w_flops, fused)
-        else:
+        # staying, the weight backward skips the chain (matmul plan)
+        self.assertEqual(i_flops + w_flops, fused)
+        if not moves:
             self.assertEqual(i_flops, fused // 2)
-            self.assertGreater(i_flops + w_flops, fused)
         held, moved = self.held_bytes(reused_layer(uses), linear_params(1), batch)
         stock, _ = self.held_bytes(
             reused_layer(uses), linear_params(1), batch, keep_graph=True
@@ -320,27 +337,31 @@ class StageBackwardSplitReuseTests(TestCase):
         most the saved gradients (32,768 elements: what W no longer allocates
         re-running the chain): up to 3 in flight. Unknown (``None``): nothing
         may grow, it stays. Gradients equal a fused float64 backward's either
-        way."""
+        way. This rule is for a group whose weight backward must re-run the
+        chain (``no_matmul_plan``); a matmul layer's skips it instead
+        (``test_reused_matmul_layer_skips_the_chain_in_weight_backward``)."""
         width, batch = 256, 32
-        i_flops, w_flops, fused = self.run_split_and_fused(
-            reused_layer(4),
-            linear_params(1, width=width),
-            batch=batch,
-            width=width,
-            in_flight=in_flight,
-        )
+        with no_matmul_plan():
+            i_flops, w_flops, fused = self.run_split_and_fused(
+                reused_layer(4),
+                linear_params(1, width=width),
+                batch=batch,
+                width=width,
+                in_flight=in_flight,
+            )
         self.assertEqual(self.moved, [moves])
         if moves:
             self.assertEqual(i_flops + w_flops, fused)
         else:
             self.assertEqual(i_flops + w_flops, 1.375 * fused)
-        held, moved = self.held_bytes(
-            reused_layer(4),
-            linear_params(1, width=width),
-            batch,
-            width=width,
-            in_flight=in_flight,
-        )
+        with no_matmul_plan():
+            held, moved = self.held_bytes(
+                reused_layer(4),
+                linear_params(1, width=width),
+                batch,
+                width=width,
+                in_flight=in_flight,
+            )
         self.assertEqual(moved, [moves])
         self.assertEqual(held, (65_792 if moves else 57_344) * 8)
 
@@ -362,6 +383,219 @@ class StageBackwardSplitReuseTests(TestCase):
         )
         self.assertEqual(self.moved, [False])
         self.assertEqual(i_flops, fused // 2)
+
+    @parametrize("in_flight", [None, 1, 4])
+    @parametrize("uses", [2, 4])
+    def test_reused_matmul_layer_skips_the_chain_in_weight_backward(
+        self, uses, in_flight
+    ):
+        """Linear(256, 256) + ReLU applied 2 and 4 times to 32 rows: its weight
+        gradients (65,792 elements) are more than the weight backward holds (the
+        saved gradients and the ReLU results between the uses, (2N - 1) * 32 *
+        256), so the group stays in W at any ``in_flight``. There each use's
+        weight and bias gradients are computed from the gradient saved at that
+        use and the input its matmul saved, without the dX chain between the
+        uses: I + W cost a fused backward (the chain re-run cost 1.25x and
+        1.375x), I does dX only, the bytes held between I and W are those of
+        the old path, and the gradients are bitwise equal to a fused backward's
+        (the uses are summed in the engine's order)."""
+        width, batch = 256, 32
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            reused_layer(uses),
+            linear_params(1, width=width),
+            batch=batch,
+            width=width,
+            exact=True,
+            in_flight=in_flight,
+        )
+        self.assertEqual(self.moved, [False])
+        self.assertEqual(self.direct, [True])
+        self.assertEqual(i_flops, fused // 2)
+        self.assertEqual(w_flops, fused // 2)
+        held, _ = self.held_bytes(
+            reused_layer(uses),
+            linear_params(1, width=width),
+            batch,
+            width=width,
+            in_flight=in_flight,
+        )
+        stock, _ = self.held_bytes(
+            reused_layer(uses),
+            linear_params(1, width=width),
+            batch,
+            width=width,
+            keep_graph=True,
+        )
+        self.assertEqual(stock, (2 * uses - 1) * batch * width * 8)
+        self.assertEqual(held, stock)
+
+    @parametrize(
+        "form", ["linear_3d", "matmul", "transpose_once", "bias_free", "one_weight"]
+    )
+    def test_reused_matmul_layer_forms(self, form):
+        """Forms of a reused matmul layer, between two layers used once, on 4
+        uses of 3 rows, or 2 x 2 (weight gradients larger than what W holds, so
+        the group stays in W): ``F.linear`` on (batch, seq, width) inputs (addmm on
+        a view), ``x @ w + b`` (mm whose weight edge is the AccumulateGrad
+        itself; the bias is its own group), ``w.t()`` taken once for all uses (a
+        region node that every use reaches), ``F.linear`` without bias (mm), and
+        one weight with a bias per use (one group). I + W cost a fused backward,
+        gradients equal its; the layers used once keep their plain split (no
+        plan, their dW in W). The rows are too few for the weight gradients to
+        fit in the saved gradients (4 * 4 * 16 < 272), and the later layer keeps
+        the chain's activations alive (4 * 3 * 16 and 4 * 4 * 16 elements of
+        saved gradients, 256 + 16 of weight gradients)."""
+
+        def stage(x, params):
+            x = plain_stack(x, params[:2])[0]
+            w, b, biases = params[2], params[3], params[3:-2]
+            wt = w.t()
+            for i in range(4):
+                if form == "matmul":
+                    x = torch.relu(x @ w + b)
+                elif form == "transpose_once":
+                    x = torch.relu(x @ wt + b)
+                elif form == "bias_free":
+                    x = torch.relu(F.linear(x, w))
+                elif form == "one_weight":
+                    x = torch.relu(F.linear(x, w, biases[i]))
+                else:
+                    x = torch.relu(F.linear(x, w, b))
+            return plain_stack(x, params[-2:])
+
+        params = linear_params(3)
+        if form == "bias_free":
+            del params[3]
+        elif form == "one_weight":
+            params[3:4] = [
+                torch.nn.Parameter(torch.randn(WIDTH, dtype=torch.float64))
+                for _ in range(4)
+            ]
+        seq = 2 if form == "linear_3d" else None
+        batch = 2 if seq else 3
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            stage, params, batch=batch, seq=seq
+        )
+        self.assertEqual(i_flops + w_flops, fused)
+        matmul = 2 * batch * (seq or 1) * WIDTH * WIDTH
+        self.assertEqual((i_flops, w_flops), (6 * matmul, 6 * matmul))
+        # the layers used once: no plan, their dW in W as before; ``x @ w + b``
+        # makes the bias a group of its own, which fits and moves
+        self.assertEqual(self.direct.index(True), 1)
+        self.assertEqual(sum(self.direct), 1)
+        bias_group = form in ("matmul", "transpose_once")
+        moved = [False, False, True, False] if bias_group else [False] * 3
+        self.assertEqual(self.moved, moved)
+
+    def test_reused_block_of_matmul_layers(self):
+        """A transformer-like block applied twice (ALBERT-style) between two
+        layers used once, on (batch, seq, width) inputs: a norm with a weight,
+        gated q / k projections, an output projection and a two-layer MLP, with
+        residuals. Each projection is its own group whose weight backward would
+        re-run the chain through both blocks (2.03x a fused backward without the
+        matmul plan at 6 rows); with it I + W cost a fused backward, and the
+        gradients equal its."""
+
+        def stage(x, params):
+            inp, q, k, o, up, down, out, g = params
+            x = F.linear(x, inp)
+            for _ in range(2):
+                h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * g
+                gate = torch.relu(F.linear(h, q)) * torch.tanh(F.linear(h, k))
+                x = x + F.linear(gate, o)
+                x = x + F.linear(torch.relu(F.linear(x, up)), down)
+            return [F.linear(x, out)]
+
+        torch.manual_seed(0)
+        shapes = [(WIDTH, WIDTH)] * 4 + [(2 * WIDTH, WIDTH), (WIDTH, 2 * WIDTH)]
+        params = [
+            torch.nn.Parameter(torch.randn(s, dtype=torch.float64) / s[-1] ** 0.5)
+            for s in [*shapes, (WIDTH, WIDTH)]
+        ]
+        params.append(torch.nn.Parameter(torch.ones(WIDTH, dtype=torch.float64)))
+        i_flops, w_flops, fused = self.run_split_and_fused(
+            stage, params, batch=2, seq=3
+        )
+        self.assertEqual(i_flops + w_flops, fused)
+        # q, k, o, up and down keep their weight gradients in W, by the plan;
+        # the norm's weight (not a matmul) fits in its saved gradients and moves
+        self.assertEqual(sum(self.direct), 5)
+        self.assertEqual(sum(self.moved), 1)
+
+    def test_reused_matmul_layer_weight_backward_hooks_and_order(self):
+        """The matmul plan in the I, I, W, W order of zero-bubble schedules:
+        each parameter's AccumulateGrad runs once per weight backward (its
+        post-accumulate-grad hooks fire there, not in I), the sum over two
+        micro-batches equals two fused backwards', and ``param_groups`` can be
+        run twice with ``retain_graph=True``."""
+        width, batch = 64, 4
+        params = linear_params(1, width=width)
+        ref_params = clone_params(params)
+        fired = []
+        for i, p in enumerate(params):
+            p.register_post_accumulate_grad_hook(lambda p, i=i: fired.append(i))
+        stage = reused_layer(4)
+        torch.manual_seed(1)
+        pending = []
+        for _ in range(2):
+            x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
+            grads = [torch.randn(batch, width, dtype=torch.float64)]
+            torch.autograd.backward(stage(x.detach(), ref_params), grads)
+            outputs = stage(x, params)
+            _, param_groups = stage_backward_input(outputs, grads, [x], iter(params))
+            del outputs
+            self.assertEqual(["direct" in g for g in param_groups], [True])
+            pending.append(param_groups)
+        self.assertEqual(fired, [])
+        once = [
+            g.clone() for g in stage_backward_weight(iter(params), pending[0], True)
+        ]
+        self.assertEqual(sorted(fired), [0, 1])
+        for p in params:
+            p.grad = None
+        stage_backward_weight(iter(params), pending[0])
+        for p, g in zip(params, once, strict=True):
+            self.assertTrue(torch.equal(p.grad, g))
+        stage_backward_weight(iter(params), pending[1])
+        self.assertEqual(sorted(fired), [0, 0, 0, 1, 1, 1])
+        for param, ref in zip(params, ref_params, strict=True):
+            torch.testing.assert_close(param.grad, ref.grad)
+
+    def test_tensor_hook_registered_after_input_backward_runs_once(self):
+        """A tensor hook registered on the reused weight between I and W: the
+        matmul plan would call it once per use when it captures each use's
+        gradient, so W runs the group from its intermediates instead; the hook
+        runs once and its result is what accumulates."""
+        width, batch = 64, 4
+        params = linear_params(1, width=width)
+        ref_params = clone_params(params)
+        x = torch.randn(batch, width, dtype=torch.float64, requires_grad=True)
+        grads = [torch.randn(batch, width, dtype=torch.float64)]
+        outputs = reused_layer(4)(x, params)
+        _, param_groups = stage_backward_input(outputs, grads, [x], iter(params))
+        del outputs
+        self.assertEqual(["direct" in g for g in param_groups], [True])
+        calls = []
+        for ps in (params, ref_params):
+            ps[0].register_hook(lambda g: (calls.append(1), 2 * g)[1])
+        stage_backward_weight(iter(params), param_groups)
+        self.assertEqual(len(calls), 1)
+        torch.autograd.backward(reused_layer(4)(x.detach(), ref_params), grads)
+        self.assertEqual(len(calls), 2)
+        for param, ref in zip(params, ref_params, strict=True):
+            torch.testing.assert_close(param.grad, ref.grad)
+
+    def test_reused_layer_that_is_not_a_matmul_has_no_plan(self):
+        """A weight reused through another op (an elementwise scale) keeps the
+        rule of a group whose weight backward re-runs the chain: no plan."""
+
+        def stage(x, params):
+            for _ in range(4):
+                x = torch.tanh(x * params[0])
+            return [x]
+
+        self.run_split_and_fused(stage, linear_params(1)[1:], batch=1)
+        self.assertEqual(self.direct, [False])
 
     def test_activations_kept_by_another_group_are_not_counted(self):
         """A layer after the reused one: its weight backward starts above the
@@ -398,7 +632,7 @@ class StageBackwardSplitReuseTests(TestCase):
             block, linear_params(2), batch=batch
         )
         self.assertEqual(self.moved, [moves, moves])
-        self.assertEqual(i_flops + w_flops == fused, moves)
+        self.assertEqual(i_flops + w_flops, fused)  # staying: matmul plan
         held, _ = self.held_bytes(block, linear_params(2), batch)
         stock, _ = self.held_bytes(block, linear_params(2), batch, keep_graph=True)
         self.assertEqual(stock, 7 * batch * WIDTH * 8)
@@ -427,7 +661,9 @@ class StageBackwardSplitReuseTests(TestCase):
         micro-batches it has between I and W, from the schedule's actions: 1
         for ZBV with both stages on one rank (fake process group). 4 uses of 3
         rows then move: 80 elements more per micro-batch than the 192 of saved
-        gradients, once in flight. Gradients equal a fused backward's."""
+        gradients, once in flight (for a group that must re-run the chain,
+        ``no_matmul_plan``; a matmul layer stays and skips the chain in W).
+        Gradients equal a fused backward's."""
 
         class Reused(torch.nn.Module):
             def __init__(self):
@@ -467,7 +703,10 @@ class StageBackwardSplitReuseTests(TestCase):
             torch.manual_seed(1)
             x = torch.randn(6, WIDTH, dtype=torch.float64)
             target = torch.randn(6, WIDTH, dtype=torch.float64)
-            with mock.patch.object(_stage, "stage_backward_input", record):
+            with (
+                mock.patch.object(_stage, "stage_backward_input", record),
+                no_matmul_plan(),
+            ):
                 schedule.step(x, target=target)
         finally:
             dist.destroy_process_group()
