@@ -660,6 +660,144 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                         expected,
                     )
 
+    def test_key_guard_with_hasattr_of_property_that_stores_outside_compile(self):
+        """A property that stores `_x` into `__dict__` only when not compiling:
+        the traced frame stores nothing and guards the keys it read (`in`,
+        `get`, `len()`, a caught `KeyError`); `hasattr(o, "x")` and
+        `getattr(o, "x", None)` must not run the property as the guards are
+        built or checked, which would store `_x` and fail those guards (on the
+        frame that built them, or on the next call, recompiling for the state
+        the guard created). Fresh objects: eager's values on every call."""
+
+        def read_in(o, t):
+            return t + 10 if "_x" in o.__dict__ else t
+
+        def read_get(o, t):
+            return t + o.__dict__.get("_x", 10)
+
+        def read_len(o, t):
+            return t + len(o.__dict__)
+
+        def read_keyerror(o, t):
+            try:
+                return t + o.__dict__["_x"]
+            except KeyError:
+                return t + 10
+
+        def make_class(compiling):
+            class C:
+                @property
+                def x(self):
+                    if not compiling():
+                        self.__dict__["_x"] = 1
+                    return 2
+
+            return C
+
+        for compiling in (
+            torch.compiler.is_compiling,
+            torch.compiler.is_dynamo_compiling,
+        ):
+            for read in (read_in, read_get, read_len, read_keyerror):
+                for form in ("hasattr", "getattr"):
+
+                    def fn(o, t, read=read, form=form):
+                        t = read(o, t)
+                        if form == "hasattr":
+                            return t * o.x if hasattr(o, "x") else t
+                        v = getattr(o, "x", None)
+                        return t * (3 if v is None else v)
+
+                    def run(f, C):
+                        return [f(C(), torch.ones(1)).item() for _ in range(3)]
+
+                    with self.subTest(
+                        compiling=compiling.__name__, read=read.__name__, form=form
+                    ):
+                        C = make_class(compiling)
+                        expected = run(fn, C)
+                        torch._dynamo.reset()
+                        self.assertEqual(
+                            run(torch.compile(fn, backend="eager"), C), expected
+                        )
+
+    def test_hasattr_guards_the_class_lookup_of_a_name_the_frame_wrote(self):
+        """The frame writes `k` into `__dict__` and asks `hasattr(o, "k")`;
+        the class has `__getattr__` and a plain attribute or method `k`. A
+        property raising AttributeError set on the class before the third call
+        is found before `__dict__`: eager answers False from then on."""
+
+        def raising(self):
+            raise AttributeError("k")
+
+        for kind in ("value", "method"):
+
+            def make():
+                class C:
+                    def __getattr__(self, name):
+                        raise AttributeError(name)
+
+                C.k = 7 if kind == "value" else (lambda self: 7)
+                return C
+
+            def fn(o, t):
+                o.__dict__["k"] = 2
+                return t * (2 if hasattr(o, "k") else 0)
+
+            def run(f):
+                C = make()
+                o = C()
+                out = []
+                for i in range(4):
+                    if i == 2:
+                        C.k = property(raising)
+                    out.append(f(o, torch.ones(1)).item())
+                return out
+
+            with self.subTest(kind=kind):
+                expected = run(fn)
+                self.assertEqual(expected, [2.0, 2.0, 0.0, 0.0])
+                torch._dynamo.reset()
+                self.assertEqual(run(torch.compile(fn, backend="eager")), expected)
+
+    def test_hasattr_guards_the_code_of_getattr(self):
+        """`hasattr(o, "a")` and `getattr(o, "a", 0)` of a name that
+        `__getattr__` supplies; its `__code__` replaced (a hot reload) by one
+        that raises before the third call: eager answers False / 0."""
+
+        def other(self, name):
+            raise AttributeError(name)
+
+        for form in ("hasattr", "getattr"):
+
+            def fn(o, t, form=form):
+                if form == "hasattr":
+                    return t * (2 if hasattr(o, "a") else 0)
+                return t * getattr(o, "a", 0)
+
+            def run(f):
+                class C:
+                    def __getattr__(self, name):
+                        if name == "a":
+                            return 2
+                        raise AttributeError(name)
+
+                saved = C.__getattr__.__code__
+                o = C()
+                out = []
+                for i in range(4):
+                    if i == 2:
+                        C.__getattr__.__code__ = other.__code__
+                    out.append(f(o, torch.ones(1)).item())
+                C.__getattr__.__code__ = saved
+                return out
+
+            with self.subTest(form=form):
+                expected = run(fn)
+                self.assertEqual(expected, [2.0, 2.0, 0.0, 0.0])
+                torch._dynamo.reset()
+                self.assertEqual(run(torch.compile(fn, backend="eager")), expected)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
