@@ -691,6 +691,8 @@ def _constructed(name: str):
         return _constructed_review15(name[len("review15-") :])
     if name.startswith("review16-"):
         return _constructed_review16(name[len("review16-") :])
+    if name.startswith("review17-"):
+        return _constructed_review17(name[len("review17-") :])
     raise KeyError(name)
 
 
@@ -1440,6 +1442,35 @@ def _constructed_review16(name: str):
     raise KeyError(name)
 
 
+def _constructed_review17(name: str):
+    """The samples of review finding N1 (fixed by helper fix25b; corpus entries
+    review17-*), ``OP-...``: a data-dependent-size op whose per-rank Shard(0) pieces
+    hold the truth's element count in another split than DTensor's (torch.chunk's),
+    the truth being 0 where the padding of the shorter piece is read, at 2 and 3
+    ranks."""
+    import torch
+
+    aten = torch.ops.aten
+    table = {
+        "maskedselect": (
+            aten.masked_select.default,
+            (torch.tensor([1.0, 9.0, 0.0, 0.0, 0.0, 0.0]),
+             torch.tensor([1, 0, 1, 1, 1, 1], dtype=torch.bool)),
+            {},
+        ),
+        "repeatinterleave": (
+            aten.repeat_interleave.self_Tensor,
+            (torch.tensor([3.0, 4.0, 0.0, 0.0, 0.0, 0.0]),
+             torch.tensor([1, 0, 1, 1, 1, 1])),
+            {},
+        ),
+    }  # fmt: skip
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1810,6 +1841,19 @@ REVIEW16 = (
      (("_S(0, 2)",), ("S(0)",)), _R16 + "F3, slice(x, 0, 0, 3) of an 8x3 x"),
 )  # fmt: skip
 
+# Review finding N1 (after rev25y F3's fix): accepted on stock and by the overlay (a
+# Shard output's pieces were compared by their total size only, not with DTensor's
+# split of the truth; stock compares no local shape).
+_R17 = "review N1: Shard(0) pieces of a data-dependent size in another split than DTensor's: "
+REVIEW17 = (
+    ("review17-maskedselect-s0-s0-s0-f32", "indexing", "float32",
+     (("S(0)", "S(0)"), ("S(0)",)),
+     _R17 + "masked_select([1, 9, 0, 0, 0, 0], [1, 0, 1, 1, 1, 1])"),
+    ("review17-repeatinterleave-s0-s0-s0-f32", "indexing", "float32",
+     (("S(0)", "S(0)"), ("S(0)",)),
+     _R17 + "repeat_interleave([3, 4, 0, 0, 0, 0], [1, 0, 1, 1, 1, 1])"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -1822,6 +1866,19 @@ KNOWN_ACCEPTED = frozenset(
 # the non-finite rows, whose oracle splits are not valid for a P(sum) (an inf as
 # (inf, nan)) or missing (G5).
 HAND_WITNESS = {
+    **{f"review17-{op}-s0-s0-s0-f32":
+       "trial 0 (by hand, the sample itself, 2 ranks): the pieces hold 2 and 3 "
+       "elements where DTensor's Shard(0) of the 5-element truth holds 3 and 2 (3 "
+       "ranks: 1, 2, 2 for 2, 2, 1), so they are no Shard(0) layout of it (the "
+       "oracle's concat takes any split); with the same second operand and x = "
+       f"{x}, read as DTensor reads the pieces (the shorter one padded with 0, the "
+       f"longer one cut): {got}, should be {truth}"
+       for op, x, got, truth in (
+           ("maskedselect", "[1, 9, 2, 3, 4, 5]", "[1, 2, 0, 3, 4]",
+            "[1, 2, 3, 4, 5]"),
+           ("repeatinterleave", "[3, 4, 5, 6, 7, 8]", "[3, 5, 0, 6, 7]",
+            "[3, 5, 6, 7, 8]"),
+       )},
     "review16-sumzeros-i64-avg-avg":
         "trial 0 (by hand, a split of the sample itself, 2 ranks): [0, 0, 5] as pieces "
         "[1, 1, 6] / [0, 0, 5] (each element truncates back): per-rank sums [8, 5] give "
@@ -1992,6 +2049,7 @@ FOUND = (
     *REVIEW14,
     *REVIEW15,
     *REVIEW16,
+    *REVIEW17,
 )  # fmt: skip
 
 

@@ -190,11 +190,22 @@ class MutationSweepTest(TestCase):
             path.write_text(json.dumps({**corpus, "world_size": 3, "entries": found}))
             code = sweep_mutations(REPO, Path(scratch), corpus_path=path)
             report = json.loads((Path(scratch) / "sweep-mutations.json").read_text())
-        self.assertEqual(report["lost"], [])
-        self.assertEqual(code, 0)
+        # review rev25x/rev25y's _StridedShard rows (8 rows, split factor 2): on 3 ranks
+        # the pieces hold 4, 2 and 2 rows, untestable like an uneven Shard input
+        # (LocalTensor cannot run such pieces: the overlay's kill there was that error,
+        # which right rules got too, and stock's is the unparsed placement). They are
+        # killed at 2 ranks (the test above).
+        uneven = {"review15-stridedselect-ss-r-f32", "review15-stridedslice-ss-r-f32",
+                  "review15-stridedslice-ss-ss-f32",
+                  "review15-stridedindexselect-ss-r-r-f32",
+                  "review16-stridedslice3-ss-s0-f32"}  # fmt: skip
+        self.assertEqual({row[0] for row in report["lost"]}, uneven)
+        self.assertEqual(code, 1)
         overlay = report["results"]["overlay"]
         for entry in found:
-            if entry["id"] not in mutations.KNOWN_ACCEPTED:
+            if entry["id"] in uneven:
+                self.assertEqual(overlay[entry["id"]]["verdict"], "untestable", entry["id"])
+            elif entry["id"] not in mutations.KNOWN_ACCEPTED:
                 self.assertEqual(overlay[entry["id"]]["verdict"], "killed", entry["id"])
 
 
