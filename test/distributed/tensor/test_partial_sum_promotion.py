@@ -1460,6 +1460,53 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 4):
             self._run(ws, body)
 
+    def test_a_second_mul_operand_beyond_the_half_range_reads_inf_in_a_wider_out(
+        self,
+    ):
+        # float16 x * 1e5 (float64, float32 or int64) into a float32/float64
+        # Partial(sum) out= is inf where the product overflows float16, as on
+        # plain tensors: split in float32, each rank's half of the product
+        # would be finite and the wider out would sum the halves to 99968.
+        # Such a value is read as converting it into x's dtype reads it, inf.
+        a = [1.0, -1.0, 1.2, 3.0]
+        cases = [
+            (torch.float16, torch.float64, 1e5, torch.float32),
+            (torch.float16, torch.float32, 1e5, torch.float64),
+            (torch.float16, torch.int64, 100000, torch.float32),
+            (torch.bfloat16, torch.float64, 3.397e38, torch.float64),
+        ]
+        truths = [
+            torch.mul(
+                torch.tensor(a, dtype=adtype),
+                torch.tensor(v, dtype=vdtype),
+                out=torch.zeros(len(a), dtype=odtype),
+            )
+            for adtype, vdtype, v, odtype in cases
+        ]
+
+        def body(mesh):
+            ws = mesh.size()
+            for (adtype, vdtype, v, odtype), truth in zip(cases, truths):
+                with self.subTest(a=adtype, v=vdtype, value=v, out=odtype, ws=ws):
+                    self.assertTrue(truth.isinf().all())
+                    x = distribute_tensor(
+                        torch.tensor(a, dtype=adtype), mesh, [Shard(0)]
+                    )
+                    rv = distribute_tensor(
+                        torch.tensor(v, dtype=vdtype), mesh, [Replicate()]
+                    )
+                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        res = torch.mul(x, rv, out=out)
+                    self.assertEqual(comm_mode.get_total_counts(), 1)
+                    self.assertEqual(res.placements, (Partial(),))
+                    got = res.full_tensor()._local_tensors[0]
+                    self.assertEqual(got, truth, atol=0, rtol=0)
+
+        for ws in (2, 4):
+            self._run(ws, body)
+
     def test_an_operand_the_op_converts_exactly_keeps_the_partial(self):
         # A 1-dim Replicate operand of an in-place, out= or foreach add/sub
         # into a Partial(sum) x, where the op computes in a third dtype that
