@@ -693,6 +693,8 @@ def _constructed(name: str):
         return _constructed_review16(name[len("review16-") :])
     if name.startswith("review17-"):
         return _constructed_review17(name[len("review17-") :])
+    if name.startswith("review18-"):
+        return _constructed_review18(name[len("review18-") :])
     raise KeyError(name)
 
 
@@ -1471,6 +1473,32 @@ def _constructed_review17(name: str):
     raise KeyError(name)
 
 
+def _constructed_review18(name: str):
+    """Twins of the review15-* and review16-stridedslice3 samples (corpus entries
+    review18-*), ``OP-...``: the same ops and rules on 24 rows instead of 8, so that
+    _StridedShard(0, split_factor=2) gives every rank a piece of one size at 2, 3 and 4
+    ranks (12, 8, 6 rows; 8 rows give 4, 4, 0 at 3 ranks, which the validator reports
+    untestable, like an uneven Shard input)."""
+    import torch
+
+    aten = torch.ops.aten
+    x = torch.randn(24, 3, generator=torch.Generator().manual_seed(0))
+    table = {
+        "stridedselect": (aten.select.int, (x, 0, 0), {}),
+        "stridedslice": (aten.slice.Tensor, (x, 0, 0, 2), {}),
+        "stridedindexselect": (
+            aten.index_select.default, (x, 0, torch.tensor([0])), {},
+        ),
+        "stridedslice3": (
+            aten.slice.Tensor, (torch.arange(72.0).reshape(24, 3), 0, 0, 3), {},
+        ),
+    }  # fmt: skip
+    for k in sorted(table, key=len, reverse=True):
+        if name.startswith(k):
+            return table[k]
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1854,6 +1882,23 @@ REVIEW17 = (
      _R17 + "repeat_interleave([3, 4, 0, 0, 0, 0], [1, 0, 1, 1, 1, 1])"),
 )  # fmt: skip
 
+# Twins of REVIEW15 and review16-stridedslice3 on 24 rows (those 8-row samples give
+# _StridedShard(0, 2) pieces of 4, 4 and 0 rows at 3 ranks, untestable there): even
+# pieces at 2, 3 and 4 ranks, so the rules stay checked at an odd world size.
+_R18 = "twin on a 24x3 x (even _StridedShard pieces at 2, 3, 4 ranks) of "
+REVIEW18 = (
+    ("review18-stridedselect-ss-r-f32", "indexing", "float32", ((_SS2,), ("R",)),
+     _R18 + "review15-stridedselect: select(x, 0, 0)"),
+    ("review18-stridedslice-ss-r-f32", "indexing", "float32", ((_SS2,), ("R",)),
+     _R18 + "review15-stridedslice: slice(x, 0, 0, 2)"),
+    ("review18-stridedslice-ss-ss-f32", "indexing", "float32", ((_SS2,), (_SS2,)),
+     _R18 + "review15-stridedslice: slice(x, 0, 0, 2)"),
+    ("review18-stridedindexselect-ss-r-r-f32", "indexing", "float32",
+     ((_SS2, "R"), ("R",)), _R18 + "review15-stridedindexselect: index_select(x, 0, [0])"),
+    ("review18-stridedslice3-ss-s0-f32", "indexing", "float32", ((_SS2,), ("S(0)",)),
+     _R18 + "review16-stridedslice3: slice(x, 0, 0, 3)"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -2050,6 +2095,7 @@ FOUND = (
     *REVIEW15,
     *REVIEW16,
     *REVIEW17,
+    *REVIEW18,
 )  # fmt: skip
 
 
