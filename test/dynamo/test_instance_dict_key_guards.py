@@ -861,15 +861,15 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             (WithGetattr(), "z", False),
             (K, "anything", False),
         ):
+            c = C()
 
-            def fn(x, obj=obj, name=name):
+            def fn(x, obj=obj, name=name, c=c):
                 return (
                     (x + 1.0 if "k" in WithGetattr.__dict__ else x)
                     + (2.0 if "_x" in c.__dict__ else 0.0)
                     + (1.0 if hasattr(obj, name) else 0.0)
                 )
 
-            c = C()
             with self.subTest(obj=obj, name=name):
                 torch._dynamo.reset()
                 torch.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
@@ -937,7 +937,7 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             def __getattr__(self, n):
                 if n == "flag":
                     try:
-                        self._b.disabled
+                        _ = self._b.disabled
                     except AttributeError:
                         return 7
                 raise AttributeError(n)
