@@ -799,6 +799,203 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                 self.assertEqual(run(torch.compile(fn, backend="eager")), expected)
 
 
+class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
+    """HASATTR runs the real lookup when the guards are built and checked. In
+    a frame where that lookup may run user code, the frame gets no guard on
+    the keys of an instance __dict__ (as without them); elsewhere it does."""
+
+    @staticmethod
+    def _key_leaves(fn):
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        kinds = []
+        for entry in _debug_get_cache_entry_list(fn.__code__):
+            stack = [entry.guard_manager.root]
+            while stack:
+                mgr = stack.pop()
+                stack.extend(mgr.get_child_managers())
+                if mgr.get_source().endswith(".__dict__"):
+                    kinds.extend(type(leaf).__name__ for leaf in mgr.get_leaf_guards())
+        return sorted(kinds)
+
+    def _check_calls(self, fn, make_state, calls=5, fullgraph=False):
+        def run(f):
+            out = []
+            for i in range(calls):
+                o = make_state(i)
+                out.append(f(o, torch.ones(1)).item())
+            return out
+
+        expected = run(fn)
+        torch._dynamo.reset()
+        self.assertEqual(
+            run(torch.compile(fn, backend="eager", fullgraph=fullgraph)), expected
+        )
+
+    def test_key_guards_only_without_user_code_in_hasattr(self):
+        class C:
+            def m(self):
+                return 1.0
+
+            @property
+            def p(self):
+                return 1.0
+
+        class WithGetattr:
+            def __getattr__(self, name):
+                if name == "z":
+                    return 1.0
+                raise AttributeError(name)
+
+        class Meta(type):
+            pass
+
+        class K(metaclass=Meta):
+            pass
+
+        for obj, name, has_key_guard in (
+            (C(), "m", True),
+            (C(), "missing", True),
+            (C, "m", True),
+            (C(), "p", False),
+            (WithGetattr(), "z", False),
+            (K, "anything", False),
+        ):
+            c = C()
+
+            def fn(x, obj=obj, name=name, c=c):
+                return (
+                    (x + 1.0 if "k" in WithGetattr.__dict__ else x)
+                    + (2.0 if "_x" in c.__dict__ else 0.0)
+                    + (1.0 if hasattr(obj, name) else 0.0)
+                )
+
+            with self.subTest(obj=obj, name=name):
+                torch._dynamo.reset()
+                torch.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+                leaves = self._key_leaves(fn)
+                self.assertEqual("DICT_CONTAINS" in leaves, has_key_guard, leaves)
+
+    def test_no_same_frame_failure_when_hasattr_stores_a_guarded_key(self):
+        # A memoizing property read through hasattr stores the key that the
+        # frame reads with `in`, get() and len(); fresh objects each call.
+        class C:
+            @property
+            def x(self):
+                self.__dict__["_x"] = 1.0
+                return 2.0
+
+        for read in (
+            lambda o, t: t + 10 if "_x" in o.__dict__ else t,
+            lambda o, t: t + o.__dict__.get("_x", 10.0),
+            lambda o, t: t + len(o.__dict__),
+        ):
+
+            def fn(o, t, read=read):
+                t = read(o, t)
+                return t * o.x if hasattr(o, "x") else t
+
+            with self.subTest(read=read):
+                self._check_calls(fn, lambda i: C())
+
+    def test_hasattr_through_delegating_getattr(self):
+        # hasattr of a name a wrapper's __getattr__ finds on another object,
+        # set there after the first call.
+        class Backend:
+            pass
+
+        class Wrapper:
+            def __init__(self):
+                self._b = Backend()
+
+            def __getattr__(self, n):
+                return getattr(self._b, n)
+
+        w = Wrapper()
+
+        def state(i):
+            if i == 2:
+                w._b.foo = 1
+            if i == 4:
+                del w._b.foo
+            return w
+
+        def fn(o, t):
+            return t * (3 if hasattr(o, "foo") else 5)
+
+        self._check_calls(fn, state, fullgraph=True)
+
+    def test_hasattr_true_through_a_caught_miss(self):
+        # __getattr__ answers from a caught AttributeError of another object.
+        class Inner:
+            pass
+
+        class Outer:
+            def __init__(self):
+                self._b = Inner()
+
+            def __getattr__(self, n):
+                if n == "flag":
+                    try:
+                        _ = self._b.disabled
+                    except AttributeError:
+                        return 7
+                raise AttributeError(n)
+
+        o = Outer()
+
+        def state(i):
+            if i == 2:
+                o._b.disabled = True
+            if i == 4:
+                del o._b.disabled
+            return o
+
+        def fn(o, t):
+            return t * (3 if hasattr(o, "flag") else 5)
+
+        self._check_calls(fn, state)
+
+    def test_peft_style_wrapper_with_a_later_buffer(self):
+        class Base(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(1, 1)
+
+        class Peft(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = Base()
+
+            def __getattr__(self, name):
+                try:
+                    return super().__getattr__(name)
+                except AttributeError:
+                    if name == "model":
+                        raise
+                    return getattr(self.model, name)
+
+        peft = Peft()
+
+        def state(i):
+            if i == 2:
+                peft.model.register_buffer("scale", torch.tensor(7.0))
+            if i == 4:
+                del peft.model.scale
+            return peft
+
+        for form in ("hasattr", "getattr"):
+
+            def fn(o, t, form=form):
+                if form == "hasattr":
+                    return t * (3 if hasattr(o, "scale") else 5)
+                v = getattr(o, "scale", None)
+                return t * (5 if v is None else v)
+
+            with self.subTest(form=form):
+                self._check_calls(fn, state)
+
+
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
 
