@@ -2161,5 +2161,113 @@ class IntegerAverageInputTest(TestCase):
                     self.assertTrue(extreme, f"{dtype}, {world_size} ranks")
 
 
+class CrossOperandPartialTest(TestCase):
+    """Two Partial operands of one op: a wrong rule that misses the terms across
+    the operands' pieces (bitwise_and of two P(bor), whose checkerboards were
+    complementary, so one operand was held whole wherever the other was split at
+    2 ranks) or that compares one operand's other pieces with the other operand
+    (minimum of two P(max), whose offsets followed each tensor's own range, 1 on a
+    constant) is rejected at 2, 3 and 4 ranks; the right rules of the same ops
+    stay accepted."""
+
+    judge = WrongRuleTest.judge
+
+    def test_bitwise_and_of_two_bor_partials(self):
+        P, R = Partial, Replicate()
+        for dtype in (torch.int8, torch.uint8, torch.int16, torch.int64):
+            a = torch.tensor([[5, 3, 12, 7], [9, 6, 10, 1]], dtype=dtype)
+            b = torch.tensor([[13, 7, 14, 9], [11, 6, 15, 3]], dtype=dtype)
+            for x, y in ((a, b), (a[0, 0], b[0, 1])):
+                bor = ((P("bor"), P("bor")), (P("bor"),))
+                wrong = {"bitwise_and bor": (aten.bitwise_and.Tensor, bor)}
+                if x.ndim:
+                    # Not on one element: its pieces are nonzero on a common rank
+                    # for some splits whatever the masks.
+                    wrong["logical_and bor -> max"] = (
+                        aten.logical_and.default,
+                        ((P("bor"), P("bor")), (P("max"),)),
+                    )
+                right = {
+                    "bitwise_or bor": (aten.bitwise_or.Tensor, bor),
+                    "bitwise_and band": (
+                        aten.bitwise_and.Tensor,
+                        ((P("band"), P("band")), (P("band"),)),
+                    ),
+                    "bitwise_xor bxor": (
+                        aten.bitwise_xor.Tensor,
+                        ((P("bxor"), P("bxor")), (P("bxor"),)),
+                    ),
+                    "bitwise_and bor, R": (
+                        aten.bitwise_and.Tensor,
+                        ((P("bor"), R), (P("bor"),)),
+                    ),
+                    "logical_or bor -> max": (
+                        aten.logical_or.default,
+                        ((P("bor"), P("bor")), (P("max"),)),
+                    ),
+                }
+                for world_size in (2, 3, 4):
+                    for name, (op, rule) in wrong.items():
+                        with self.subTest(
+                            name, dtype=dtype, ndim=x.ndim, ws=world_size
+                        ):
+                            self.assertFalse(self.judge(op, (x, y), rule, world_size))
+                    for name, (op, rule) in right.items():
+                        with self.subTest(
+                            name, dtype=dtype, ndim=x.ndim, ws=world_size
+                        ):
+                            self.assertTrue(self.judge(op, (x, y), rule, world_size))
+
+    def test_min_max_of_constant_partials(self):
+        P = Partial
+        pmax = ((P("max"), P("max")), (P("max"),))
+        pmin = ((P("min"), P("min")), (P("min"),))
+        wrong = {
+            "minimum max": (aten.minimum.default, pmax),
+            "maximum min": (aten.maximum.default, pmin),
+            "clamp_max max": (aten.clamp_max.Tensor, pmax),
+        }
+        right = {
+            "maximum max": (aten.maximum.default, pmax),
+            "minimum min": (aten.minimum.default, pmin),
+            "clamp_min max": (aten.clamp_min.Tensor, pmax),
+            "clamp_max min": (aten.clamp_max.Tensor, pmin),
+        }
+        dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
+        for dtype, shape in itertools.product(dtypes, ((), (1,), (2,))):
+            x = torch.full(shape, 1.5).to(dtype)
+            y = torch.full(shape, 3.0).to(dtype)
+            for world_size in (2, 3, 4):
+                for name, (op, rule) in wrong.items():
+                    with self.subTest(name, dtype=dtype, shape=shape, ws=world_size):
+                        self.assertFalse(self.judge(op, (x, y), rule, world_size))
+                for name, (op, rule) in right.items():
+                    with self.subTest(name, dtype=dtype, shape=shape, ws=world_size):
+                        self.assertTrue(self.judge(op, (x, y), rule, world_size))
+
+    def test_min_max_pieces_stay_within_the_dtype(self):
+        # Offsets past the joint range hold the dtype's limit where they would
+        # wrap around: every piece reduces to the tensor, and a right amax is
+        # accepted on values at the limits.
+        for dtype in (torch.int8, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            x = torch.tensor(
+                [[info.max, info.min, 0, 1], [-1, 5, info.max - 1, 3]], dtype=dtype
+            )
+            for reduce_op, world_size in itertools.product(("min", "max"), (2, 3)):
+                with self.subTest(dtype=dtype, reduce_op=reduce_op, ws=world_size):
+                    local = sv._create_partial_input(
+                        x, Partial(reduce_op), world_size, joint_range=1e30
+                    )
+                    pieces = torch.stack(list(local._local_tensors.values()))
+                    reduced = pieces.amax(0) if reduce_op == "max" else pieces.amin(0)
+                    self.assertEqual(reduced, x)
+                    amax = (
+                        aten.amax.default if reduce_op == "max" else aten.amin.default
+                    )
+                    rule = ((Partial(reduce_op),), (Partial(reduce_op),))
+                    self.assertTrue(self.judge(amax, (x, [1]), rule, world_size))
+
+
 if __name__ == "__main__":
     run_tests()
