@@ -832,6 +832,56 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             run(torch.compile(fn, backend="eager", fullgraph=fullgraph)), expected
         )
 
+    def test_a_user_getattr_counts_where_this_object_holds_the_name(self):
+        # The first object holds "cfg" in its __dict__, so hasattr answers
+        # from it; the guard is checked on later objects of the class, which
+        # lack it: there HASATTR runs __getattr__, which memoizes "cfg"
+        # before the keys of __dict__ would be checked.
+        class Cfg:
+            def __getattr__(self, name):
+                if name == "cfg":
+                    self.__dict__["cfg"] = 1.0
+                    return 1.0
+                raise AttributeError(name)
+
+        def make_state(i):
+            o = Cfg()
+            o.a = 1.0
+            if i == 0:
+                o.cfg = 1.0
+            else:
+                o.b = 1.0
+            return o
+
+        def with_hasattr(o, t):
+            return t * len(o.__dict__) * (2.0 if hasattr(o, "cfg") else 1.0)
+
+        self._check_calls(with_hasattr, make_state, calls=4)
+
+    def test_nn_module_getattr_over_a_parameters_dict_subclass(self):
+        # nn.Module.__getattr__ reads _parameters; a dict subclass with
+        # Python methods there (ZeRO-3 style gathering) runs user code that
+        # records the access in the module's __dict__.
+        class Tracking(dict):
+            def __init__(self, owner_dict, *args):
+                super().__init__(*args)
+                self._owner_dict = owner_dict
+
+            def __contains__(self, key):
+                self._owner_dict["_gathered"] = True
+                return super().__contains__(key)
+
+        def make_state(i):
+            m = torch.nn.Linear(1, 1)
+            m._parameters = Tracking(m.__dict__, m._parameters)
+            return m
+
+        def fn(m, t):
+            r = 3.0 if "_gathered" in m.__dict__ else 5.0
+            return t * r * (2.0 if hasattr(m, "weight") else 1.0)
+
+        self._check_calls(fn, make_state, calls=4)
+
     def test_key_guards_only_without_user_code_in_hasattr(self):
         class C:
             def m(self):
