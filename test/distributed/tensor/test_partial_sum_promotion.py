@@ -1399,6 +1399,17 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 4):
             self._run(ws, body)
 
+    def _mul_into_partial_out(self, mesh, a, adtype, v, vdtype, odtype, placement):
+        # torch.mul(x, v, out=out): x from a on `placement`, a 0-dim Replicate
+        # v, and a zero Partial(sum) out; returns the result and its collectives
+        x = distribute_tensor(torch.tensor(a, dtype=adtype), mesh, [placement])
+        rv = distribute_tensor(torch.tensor(v, dtype=vdtype), mesh, [Replicate()])
+        out = self._partial(mesh, odtype, [[0.0] * len(a)] * mesh.size())
+        comm_mode = CommDebugMode()
+        with comm_mode:
+            res = torch.mul(x, rv, out=out)
+        return res, comm_mode
+
     def test_a_second_mul_operand_is_split_in_the_dtype_the_op_reads_it_in(self):
         # mul of a bfloat16/float16 Shard(0) or Replicate x by a 0-dim float64
         # or float32 Replicate v into a Partial(sum) out= splits v. The CPU
@@ -1440,14 +1451,9 @@ class NarrowedFloatOperandTest(TestCase):
                     # only whole is finite in a float32 Partial (as on main)
                     continue
                 with self.subTest(a=adtype, v=vdtype, value=v, out=odtype, x=pl, ws=ws):
-                    x = distribute_tensor(torch.tensor(a, dtype=adtype), mesh, [pl])
-                    rv = distribute_tensor(
-                        torch.tensor(v, dtype=vdtype), mesh, [Replicate()]
+                    res, comm_mode = self._mul_into_partial_out(
+                        mesh, a, adtype, v, vdtype, odtype, pl
                     )
-                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
-                    comm_mode = CommDebugMode()
-                    with comm_mode:
-                        res = torch.mul(x, rv, out=out)
                     # a Shard(0) x is gathered (all_gather) and v split
                     self.assertEqual(
                         comm_mode.get_total_counts(), 1 if pl == Shard(0) else 0
@@ -1489,16 +1495,9 @@ class NarrowedFloatOperandTest(TestCase):
             for (adtype, vdtype, v, odtype), truth in zip(cases, truths):
                 with self.subTest(a=adtype, v=vdtype, value=v, out=odtype, ws=ws):
                     self.assertTrue(truth.isinf().all())
-                    x = distribute_tensor(
-                        torch.tensor(a, dtype=adtype), mesh, [Shard(0)]
+                    res, comm_mode = self._mul_into_partial_out(
+                        mesh, a, adtype, v, vdtype, odtype, Shard(0)
                     )
-                    rv = distribute_tensor(
-                        torch.tensor(v, dtype=vdtype), mesh, [Replicate()]
-                    )
-                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
-                    comm_mode = CommDebugMode()
-                    with comm_mode:
-                        res = torch.mul(x, rv, out=out)
                     self.assertEqual(comm_mode.get_total_counts(), 1)
                     self.assertEqual(res.placements, (Partial(),))
                     got = res.full_tensor()._local_tensors[0]
