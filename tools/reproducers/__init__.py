@@ -66,3 +66,19 @@ def in_spawned_child(target: Callable[..., None], *args, timeout: float = 300):
     result = queue.get(timeout=timeout)
     child.join()
     return result
+
+
+def in_spawned_ranks(target: Callable[..., None], world_size: int, *args, timeout: float = 300):
+    """Run ``target(rank, *args, queue)`` in ``world_size`` spawned children, one per rank
+    (each puts ``(rank, result)``), and return their results in rank order."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    children = [
+        context.Process(target=target, args=(rank, *args, queue)) for rank in range(world_size)
+    ]
+    for child in children:
+        child.start()
+    results = dict(queue.get(timeout=timeout) for _ in children)
+    for child in children:
+        child.join()
+    return [results[rank] for rank in range(world_size)]

@@ -1,14 +1,15 @@
 """Pipeline schedules: final gradients compared with a fused single-process backward.
 
-Each scenario runs in a spawned child with its own one-rank gloo process group (the
-DTensor reproducers hold the fake one); the child inherits the overlay from verify.
+Each scenario runs in spawned children with their own gloo process group (the DTensor
+reproducers hold the fake one): one rank, or two for DDP, whose all-reduce changes nothing
+over one rank; the children inherit the overlay from verify.
 """
 
 from __future__ import annotations
 
 import tempfile
 
-from tools.reproducers import Outcome, in_spawned_child, reproducer
+from tools.reproducers import Outcome, in_spawned_child, in_spawned_ranks, reproducer
 
 
 def _tied_weight_zbv(store_path: str, queue) -> None:
@@ -58,25 +59,33 @@ def tied_weight_scaled_twice() -> Outcome:
     return Outcome(error < 1e-12, f"tied grad relative error {error:.2g} vs a fused backward")
 
 
-def _ddp_stages(store_path: str, schedule_name: str, queue) -> None:
+DDP_WORLD_SIZE = 2  # over one rank DDP's all-reduce changes nothing, and the overlay skips it
+
+
+def _ddp_stages(rank: int, store_path: str, schedule_name: str, queue) -> None:
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.distributed.pipelining import PipelineStage, schedules
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, 1), rank=0, world_size=1)
-    torch.manual_seed(0)
+    # A peer left waiting by a rank that raised times out instead of hanging verify.
+    store = dist.FileStore(store_path, DDP_WORLD_SIZE)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=DDP_WORLD_SIZE, timeout=timedelta(seconds=30)
+    )
+    torch.manual_seed(0)  # the same weights on every rank
     layers = [torch.nn.Linear(4, 4, dtype=torch.float64) for _ in range(2)]
     references = [torch.nn.Linear(4, 4, dtype=torch.float64) for _ in range(2)]
     for layer, reference in zip(layers, references, strict=True):
         reference.load_state_dict(layer.state_dict())
     calls = []
 
-    def counting_hook(state, bucket):
-        calls.append(1)  # one rank: the all-reduce would return the bucket unchanged
-        future = torch.futures.Future()
-        future.set_result(bucket.buffer())
-        return future
+    def counting_hook(process_group, bucket):
+        calls.append(1)
+        return allreduce_hook(process_group, bucket)
 
     wrapped = [DDP(layer) for layer in layers]
     for module in wrapped:
@@ -85,38 +94,56 @@ def _ddp_stages(store_path: str, schedule_name: str, queue) -> None:
     def loss_fn(output, target):
         return ((output - target) ** 2).mean()
 
+    def batch(r: int, step: int):
+        generator = torch.Generator().manual_seed(100 * step + r)  # different data per rank
+        return [torch.randn(8, 4, dtype=torch.float64, generator=generator) for _ in range(2)]
+
     device = torch.device("cpu")
-    stages = [PipelineStage(m, i, 2, device) for i, m in enumerate(wrapped)]
-    schedule = getattr(schedules, schedule_name)(stages, n_microbatches=4, loss_fn=loss_fn)
-    x, y = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
+    # (dp, pp) = (2, 1): each rank runs the whole two-stage pipeline on its own data.
+    pipeline_group, _ = dist.new_subgroups(group_size=1)
     per_step, error = [], None
     try:
-        for _ in range(2):
+        stages = [
+            PipelineStage(m, i, 2, device, group=pipeline_group) for i, m in enumerate(wrapped)
+        ]
+        schedule = getattr(schedules, schedule_name)(stages, n_microbatches=4, loss_fn=loss_fn)
+        for step in range(2):
             calls.clear()
             for module in layers + references:
                 module.zero_grad()
+            x, y = batch(rank, step)
             schedule.step(x, target=y)
             per_step.append(len(calls))
-            for xm, ym in zip(x.chunk(4), y.chunk(4), strict=True):
-                (loss_fn(references[1](references[0](xm)), ym) / 4).backward()
+            # DDP's truth: the mean over ranks of each rank's gradients, without collectives.
+            for r in range(DDP_WORLD_SIZE):
+                xr, yr = batch(r, step)
+                for xm, ym in zip(xr.chunk(4), yr.chunk(4), strict=True):
+                    out = references[1](references[0](xm))
+                    (loss_fn(out, ym) / 4 / DDP_WORLD_SIZE).backward()
             error = max(
                 ((p.grad - r.grad).norm() / r.grad.norm()).item()
                 for layer, reference in zip(layers, references, strict=True)
                 for p, r in zip(layer.parameters(), reference.parameters(), strict=True)
             )
-        queue.put((per_step, error, None))
-    except RuntimeError as e:
-        queue.put((per_step, error, str(e).strip().splitlines()[0][:70]))
+        queue.put((rank, (per_step, error, None)))
+    except Exception as e:  # a peer still waiting times out (above) and reports too
+        queue.put((rank, (per_step, error, str(e).strip().splitlines()[0][:70])))
     dist.destroy_process_group()
 
 
 def _ddp_outcome(schedule_name: str) -> Outcome:
     with tempfile.TemporaryDirectory() as scratch:
-        per_step, error, failure = in_spawned_child(
-            _ddp_stages, f"{scratch}/store", schedule_name, timeout=120
+        ranks = in_spawned_ranks(
+            _ddp_stages, DDP_WORLD_SIZE, f"{scratch}/store", schedule_name, timeout=120
         )
-    # Two one-bucket DDP stages: one all-reduce each per step.
-    ok = failure is None and per_step == [2, 2] and error is not None and error < 1e-12
+    # Two one-bucket DDP stages: one all-reduce each per step, on every rank.
+    ok = all(
+        failure is None and per_step == [2, 2] and error is not None and error < 1e-12
+        for per_step, error, failure in ranks
+    )
+    per_step, error, failure = max(
+        ranks, key=lambda r: (r[2] is not None, r[1] if r[1] is not None else float("inf"))
+    )  # the worst rank
     detail = f"all-reduces per step {per_step} (want [2, 2])"
     if error is not None:
         detail += f", grad relative error {error:.2g}"
@@ -124,7 +151,7 @@ def _ddp_outcome(schedule_name: str) -> Outcome:
 
 
 @reproducer(
-    bug="DDP-wrapped stages under ScheduleZBVZeroBubble (1 rank, 2 steps): reduced never or twice",
+    bug="DDP-wrapped stages under ScheduleZBVZeroBubble (2 ranks, 2 steps): reduced never or twice",
     upstream="pytorch/pytorch#144530",
     patch="[pipelining] Reduce a DDP stage's gradients in its last weight backward with finalize_backward()",
 )
