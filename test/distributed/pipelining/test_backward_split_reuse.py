@@ -629,6 +629,57 @@ class StageBackwardSplitReuseTests(TestCase):
             self.assertTrue(torch.equal(x.grad, ref_x.grad))
             self.assertTrue(torch.equal(params[0].grad, ref_params[0].grad))
 
+    @parametrize("in_flight", [None, 1])
+    def test_reused_weight_with_an_undefined_use_gradient_keeps_its_plan(
+        self, in_flight
+    ):
+        """A custom Function whose backward returns ``None`` for one input
+        leaves the gradient of the use behind it undefined. Here that use and
+        another share one ``w.t()``; the plan checked in I keeps that ``w.t()``
+        shared and W follows it, adding nothing for the use without a gradient
+        (the engine's input buffers skip an undefined gradient too), instead of
+        re-running the group from its intermediates (the dX chain between the
+        uses again: I + W cost 1.375x a fused backward). I + W cost a fused
+        backward; the gradients are bitwise equal to its."""
+
+        class DropSecond(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad, None
+
+        def stage(x, params):
+            w, b = params
+            wt = w.t()
+            h = torch.relu(x @ w) @ w
+            dropped = torch.relu(h) @ wt
+            kept = torch.addmm(b, torch.relu(h), wt)
+            return [torch.relu(DropSecond.apply(kept, dropped)) @ w]
+
+        width, batch = 64, 4
+        followed = []
+        direct_weight_backward = _backward._direct_weight_backward
+
+        def spy(*args, **kwargs):
+            followed.append(direct_weight_backward(*args, **kwargs))
+            return followed[-1]
+
+        with mock.patch.object(_backward, "_direct_weight_backward", spy):
+            i_flops, w_flops, fused = self.run_split_and_fused(
+                stage,
+                linear_params(1, width=width),
+                batch=batch,
+                width=width,
+                exact=True,
+                in_flight=in_flight,
+            )
+        self.assertEqual(self.direct, [True])
+        self.assertEqual(i_flops + w_flops, fused)
+        self.assertEqual(followed, [True, True])
+
     def reused_layer_flops(self, uses, batch, wrap, in_flight=None):
         """I and W FLOPs of Linear(256, 256) + ReLU (float32) applied ``uses``
         times to ``batch`` rows inside ``wrap``, whether its group moved to I
