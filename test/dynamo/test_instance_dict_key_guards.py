@@ -2,6 +2,9 @@
 # Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
 # tests); kept in its own file here because the project never edits upstream files.
 
+import os
+import tempfile
+
 import torch
 import torch._dynamo.test_case
 import torch._dynamo.testing
@@ -799,6 +802,34 @@ class InstanceDictKeyGuardTests(torch._dynamo.test_case.TestCase):
                 self.assertEqual(run(torch.compile(fn, backend="eager")), expected)
 
 
+class _MemoizingProperty:
+    @property
+    def p(self):
+        self.__dict__.setdefault("_memo", 1)
+        return 2
+
+
+class _WithMethod:
+    def m(self):
+        return 2
+
+
+def _memo_key_and_hasattr(x, o):
+    r = 3.0 if "_memo" in o.__dict__ else 5.0
+    return x * r * (2.0 if hasattr(o, "p") else 1.0)
+
+
+def _memo_key_and_method_hasattr(x, o):
+    r = 3.0 if "_memo" in o.__dict__ else 5.0
+    return x * r * (2.0 if hasattr(o, "m") else 1.0)
+
+
+class _TensorWithProperty(torch.Tensor):
+    @property
+    def tag(self):
+        return 1.0
+
+
 class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
     """HASATTR runs the real lookup when the guards are built and checked. In
     a frame where that lookup may run user code, the frame gets no guard on
@@ -903,13 +934,29 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
         class K(metaclass=Meta):
             pass
 
+        t = torch.ones(1)
+        t.tp_flag = True
+        param = torch.nn.Parameter(torch.ones(1))
+        param.tp_flag = True
+        sub = torch.ones(1).as_subclass(_TensorWithProperty)
+        sub.other = 1.0
+
         for obj, name, has_key_guard in (
             (C(), "m", True),
             (C(), "missing", True),
             (C, "m", True),
+            # read on the class, a property is returned, not run
+            (C, "p", True),
             (C(), "p", False),
             (WithGetattr(), "z", False),
             (K, "anything", False),
+            # a Python attribute of a tensor is read from its __dict__
+            (t, "tp_flag", True),
+            (t, "missing", True),
+            (param, "tp_flag", True),
+            (sub, "other", True),
+            # a property of a tensor subclass is Python code
+            (sub, "tag", False),
         ):
             c = C()
 
@@ -1044,6 +1091,76 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
 
             with self.subTest(form=form):
                 self._check_calls(fn, state)
+
+    def test_aot_compile_drops_key_guards_with_user_code_hasattr(self):
+        # aot_compile builds the guards from the guards state dumped after
+        # tracing; the memoizing property runs when they are built, so with
+        # the key guard of `"_memo" in o.__dict__` kept the frame fails its
+        # own guards. A fresh object every call.
+        expected = [_memo_key_and_hasattr(torch.ones(1), _MemoizingProperty())]
+        compiled = torch.compile(
+            _memo_key_and_hasattr, fullgraph=True, backend="eager"
+        ).aot_compile(((torch.ones(1), _MemoizingProperty()), {}))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "fn.bin")
+            compiled.save_compiled_function(path)
+            with open(path, "rb") as f:
+                loaded = torch.compiler.load_compiled_function(f)
+        for fn in (compiled, loaded):
+            for _ in range(3):
+                self.assertEqual(fn(torch.ones(1), _MemoizingProperty()), expected[0])
+
+    def test_aot_compile_keeps_key_guards_without_user_code(self):
+        # A hasattr that meets a method runs no user code: the key guard
+        # stays, and a call with the key added fails the guards instead of
+        # returning the compiled branch.
+        compiled = torch.compile(
+            _memo_key_and_method_hasattr, fullgraph=True, backend="eager"
+        ).aot_compile(((torch.ones(1), _WithMethod()), {}))
+        self.assertEqual(compiled(torch.ones(1), _WithMethod()), torch.tensor([10.0]))
+        o = _WithMethod()
+        o._memo = 1
+        with self.assertRaisesRegex(RuntimeError, "check failed"):
+            compiled(torch.ones(1), o)
+
+    def test_parameter_attribute_read_keeps_the_key_guards(self):
+        # A Python attribute read on a parameter (Megatron's
+        # `sequence_parallel`, a TP flag) installs HASATTR on the parameter.
+        # Its lookup reads the tensor's __dict__ and runs no user code, so the
+        # frame keeps the guard on whether the module's __dict__ has "scale"
+        # (set, kept, removed and set again between calls).
+        for form in ("getattr_default", "hasattr", "attribute"):
+
+            class M(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.weight = torch.nn.Parameter(torch.full((1, 1), 2.0))
+                    self.weight.tp_flag = True
+
+                def forward(self, x, form=form):
+                    r = 3.0 if "scale" in self.__dict__ else 5.0
+                    if form == "getattr_default":
+                        k = 1.0 if getattr(self.weight, "tp_flag", False) else 0.5
+                    elif form == "hasattr":
+                        k = 1.0 if hasattr(self.weight, "tp_flag") else 0.5
+                    else:
+                        k = 1.0 if self.weight.tp_flag else 0.5
+                    return (x.view(1, 1) @ self.weight).view(1) * r * k
+
+            mods = []
+
+            def state(i):
+                if i == 0:
+                    mods[:] = [M()]
+                m = mods[0]
+                if i in (1, 4):
+                    m.__dict__["scale"] = 1.0
+                if i == 3:
+                    del m.__dict__["scale"]
+                return m
+
+            with self.subTest(form=form):
+                self._check_calls(lambda m, t: m(t), state)
 
 
 if __name__ == "__main__":

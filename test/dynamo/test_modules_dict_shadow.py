@@ -74,6 +74,39 @@ class NNModuleInstanceDictShadowTests(torch._dynamo.test_case.TestCase):
             torch.nn.Linear(4, 4), "weight", torch.zeros(4, 4)
         )
 
+    def test_instance_dict_shadows_parameter_next_to_a_pure_hasattr(self):
+        # A Python attribute read on a parameter (`getattr(p, name, default)`,
+        # `hasattr`, a plain read) and `hasattr` of a property on the class run
+        # no user code in their HASATTR guard: the frame keeps the guard that
+        # `weight` is not shadowed in the module's __dict__.
+        for form in ("getattr_default", "hasattr", "attribute", "class_property"):
+
+            class M(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.weight = torch.nn.Parameter(torch.randn(4, 4))
+                    self.weight.tp_flag = True
+
+                @property
+                def local(self):
+                    return False
+
+                def forward(self, x, form=form):
+                    if form == "getattr_default":
+                        k = 1.0 if getattr(self.weight, "tp_flag", False) else 0.5
+                    elif form == "hasattr":
+                        k = 1.0 if hasattr(self.weight, "tp_flag") else 0.5
+                    elif form == "attribute":
+                        k = 1.0 if self.weight.tp_flag else 0.5
+                    else:
+                        k = 1.0 if hasattr(type(self), "local") else 0.5
+                    return F.linear(x, self.weight) * k
+
+            shadow = torch.zeros(4, 4)
+            shadow.tp_flag = False
+            with self.subTest(form=form):
+                self._check_dict_shadow_recompiles(M(), "weight", shadow)
+
     # Every __getattr__ runs only after the instance __dict__ missed, so the
     # shadow is checked for whichever __getattr__ found the attribute, not only
     # for the stock nn.Module.__getattr__ with plain-dict _parameters.
