@@ -1162,6 +1162,34 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             with self.subTest(form=form):
                 self._check_calls(lambda m, t: m(t), state)
 
+    def test_hasattr_on_a_subclass_with_its_own_torch_function(self):
+        # Dynamo calls a subclass's own __torch_function__ while it traces the
+        # tensor; this one records that it ran in the registry whose __dict__
+        # keys the frame read first, so the hasattr of a name the subclass
+        # lacks counts as user code and the frame drops its key guards.
+        class Registry:
+            pass
+
+        registry = Registry()
+
+        class Recording(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                registry.__dict__["seen"] = 1
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+        t = torch.ones(1).as_subclass(Recording)
+
+        def fn(state, x):
+            r = 3.0 if "seen" in registry.__dict__ else 5.0
+            return x * r * (2.0 if hasattr(state, "tag") else 1.0)
+
+        def state(i):
+            registry.__dict__.pop("seen", None)
+            return t
+
+        self._check_calls(fn, state, calls=3)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
