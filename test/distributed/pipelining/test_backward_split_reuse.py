@@ -680,6 +680,61 @@ class StageBackwardSplitReuseTests(TestCase):
         self.assertEqual(i_flops + w_flops, fused)
         self.assertEqual(followed, [True, True])
 
+    @parametrize("in_flight", [None, 1])
+    def test_custom_function_reached_only_by_an_undefined_use_gradient(self, in_flight):
+        """The engine calls a custom Function that only a use without a
+        gradient reaches, with a zero gradient (``materialize_grads``), and its
+        backward may still add to the weight's gradient (a weight-decay term).
+        W cannot leave that part out: it runs the group from its
+        intermediates, and the gradients are bitwise equal to a fused
+        backward's."""
+
+        class DropSecond(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad, None
+
+        class AddWeightDecay(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, w):
+                ctx.save_for_backward(w)
+                return w.view_as(w)
+
+            @staticmethod
+            def backward(ctx, grad):
+                (w,) = ctx.saved_tensors
+                return grad + 1e-2 * w
+
+        def stage(x, params):
+            w, b = params
+            h = torch.relu(x @ w) @ w
+            kept = torch.addmm(b, torch.relu(h), w.t())
+            dropped = torch.relu(h) @ AddWeightDecay.apply(w).t()
+            return [torch.relu(DropSecond.apply(kept, dropped)) @ w]
+
+        width, batch = 64, 4
+        followed = []
+        direct_weight_backward = _backward._direct_weight_backward
+
+        def spy(*args, **kwargs):
+            followed.append(direct_weight_backward(*args, **kwargs))
+            return followed[-1]
+
+        with mock.patch.object(_backward, "_direct_weight_backward", spy):
+            self.run_split_and_fused(
+                stage,
+                linear_params(1, width=width),
+                batch=batch,
+                width=width,
+                exact=True,
+                in_flight=in_flight,
+            )
+        self.assertEqual(followed, [False, False])
+
     def reused_layer_flops(self, uses, batch, wrap, in_flight=None):
         """I and W FLOPs of Linear(256, 256) + ReLU (float32) applied ``uses``
         times to ``batch`` rows inside ``wrap``, whether its group moved to I
