@@ -1,0 +1,111 @@
+# Owner(s): ["oncall: distributed"]
+"""Two Partial operands whose pieces sit on different ranks.
+
+Every split of the validator kept the pieces of two operands apart: a P(bor) input
+is held whole by every rank where its checkerboard is set, and the checkerboards of
+two inputs are complementary, so at every element one operand was whole on every
+rank and bitwise_and(P(bor), P(bor)) -> P(bor) passed (witness at 2 ranks: pieces
+[7, 0] and [0, 9], truth 7 & 9 = 1, the rule 0); a P(min)/P(max) input's other
+ranks sat below (above) its own range only, so on a constant or a single element
+the other operand's pieces never fell below it and minimum(P(max), P(max)) ->
+P(max) passed (pieces [1.5, -1] and [-1, 3]: truth 1.5, the rule -1)."""
+
+import torch
+import torch.distributed as dist
+import torch.distributed.tensor._ops.strategy_validation as sv
+from torch.distributed._local_tensor import LocalTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Partial, Replicate
+from torch.testing._internal.common_utils import run_tests, TestCase
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+
+aten = torch.ops.aten
+
+
+class JointSplitTest(TestCase):
+    def judge(self, op, args, rule, world_size, kwargs=None):
+        kwargs = kwargs or {}
+        dist.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=world_size
+        )
+        try:
+            truth = sv._to_ground_truth(op(*args, **kwargs))
+            mitigations = sv._prepare_aten_mitigations(op, args, kwargs)
+            with LocalTensorMode(frozenset(range(world_size))):
+                mesh = init_device_mesh("cpu", (world_size,))
+                return sv._validate_aten_with_mitigations(
+                    op, args, kwargs, *rule, truth, world_size, mesh, mitigations
+                )
+        finally:
+            dist.destroy_process_group()
+
+    def run_rows(self, wrong, right, world_sizes=(2, 3, 4)):
+        for world_size in world_sizes:
+            for expected, rows in ((False, wrong), (True, right)):
+                for name, op, args, rule in rows:
+                    with self.subTest(name, world_size=world_size, right=expected):
+                        self.assertIs(self.judge(op, args, rule, world_size), expected)
+
+    def test_bitwise_or_partials_of_two_operands(self):
+        P, R = Partial, Replicate()
+        bor = (P("bor"), P("bor"))
+        wrong, right = [], []
+        for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+            a = torch.tensor([[5, 3, 12, 7], [9, 6, 10, 1]], dtype=dtype)
+            b = torch.tensor([[13, 7, 14, 9], [11, 6, 15, 3]], dtype=dtype)
+            one, nine = torch.tensor(7, dtype=dtype), torch.tensor([9], dtype=dtype)
+            flags = torch.tensor(
+                [[True, False, True, False], [False, True, True, True]]
+            )
+            wrong += [
+                (f"{dtype} and", aten.bitwise_and.Tensor, (a, b), (bor, (P("bor"),))),
+                (f"{dtype} and 0-d", aten.bitwise_and.Tensor, (one, nine),
+                 (bor, (P("bor"),))),
+                (f"{dtype} logical_and", aten.logical_and.default, (a, b),
+                 (bor, (P("max"),))),
+            ]  # fmt: skip
+            right += [
+                (f"{dtype} or", aten.bitwise_or.Tensor, (a, b), (bor, (P("bor"),))),
+                (f"{dtype} logical_or", aten.logical_or.default, (a, b),
+                 (bor, (P("max"),))),
+                (f"{dtype} where", aten.where.self, (flags, a, b),
+                 ((R, *bor), (P("bor"),))),
+            ]  # fmt: skip
+        self.run_rows(wrong, right)
+
+    def test_min_max_partials_of_two_operands(self):
+        P, R = Partial, Replicate()
+        wrong, right = [], []
+        for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
+            for shape in ((), (1,), (2,)):
+                a = torch.full(shape, 1.5).to(dtype)
+                b = torch.full(shape, 3.0).to(dtype)
+                row = f"{dtype} {shape}"
+                pmax, pmin = (P("max"), P("max")), (P("min"), P("min"))
+                wrong += [
+                    (f"{row} minimum", aten.minimum.default, (a, b),
+                     (pmax, (P("max"),))),
+                    (f"{row} maximum", aten.maximum.default, (a, b),
+                     (pmin, (P("min"),))),
+                ]  # fmt: skip
+                right += [
+                    (f"{row} maximum", aten.maximum.default, (a, b),
+                     (pmax, (P("max"),))),
+                    (f"{row} minimum", aten.minimum.default, (a, b),
+                     (pmin, (P("min"),))),
+                ]  # fmt: skip
+        # A Replicate operand far beyond the Partial's values: the pieces of the
+        # P(max)/P(min) input stay near its own values, so adding it does not wrap.
+        a = torch.tensor([1, 2, 3, 4])
+        c = torch.tensor([2**62, -(2**62), 2**61, -1])
+        right += [
+            ("add P(max), R", aten.add.Tensor, (a, c), ((P("max"), R), (P("max"),))),
+            ("add P(min), R", aten.add.Tensor, (a, c), ((P("min"), R), (P("min"),))),
+            ("sub P(max), R", aten.sub.Tensor, (a, c), ((P("max"), R), (P("max"),))),
+        ]  # fmt: skip
+        self.run_rows(wrong, right)
+
+
+if __name__ == "__main__":
+    run_tests()
