@@ -95,6 +95,18 @@ class JointSplitTest(TestCase):
                     (f"{row} minimum", aten.minimum.default, (a, b),
                      (pmin, (P("min"),))),
                 ]  # fmt: skip
+                # Two P(max) inputs with a Replicate between them: the min of
+                # x and max; each joint input gets the checkerboard of its
+                # ordinal among them, not of its position.
+                lo = torch.full(shape, -1.0).to(dtype)
+                wrong.append(
+                    (f"{row} clamp(P(max), R, P(max))", aten.clamp.Tensor,
+                     (a, lo, b), ((P("max"), R, P("max")), (P("max"),)))
+                )  # fmt: skip
+                right.append(
+                    (f"{row} clamp(P(max), R, R)", aten.clamp.Tensor,
+                     (a, lo, b), ((P("max"), R, R), (P("max"),)))
+                )  # fmt: skip
         # A Replicate operand far beyond the Partial's values: the pieces of the
         # P(max)/P(min) input stay near its own values, so adding it does not wrap.
         a = torch.tensor([1, 2, 3, 4])
