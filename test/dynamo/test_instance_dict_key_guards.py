@@ -1190,6 +1190,39 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
 
         self._check_calls(fn, state, calls=3)
 
+    def test_hasattr_on_a_wrapper_subclass_with_its_own_tensor_flatten(self):
+        # Dynamo calls a traceable wrapper subclass's __tensor_flatten__ while
+        # it traces the tensor; this one records that it ran in the registry
+        # whose __dict__ keys the frame read first, so the hasattr counts as
+        # user code (DTensor's own __tensor_flatten__ does not).
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        class Registry:
+            pass
+
+        registry = Registry()
+
+        class Recording(TwoTensor):
+            def __tensor_flatten__(self):
+                registry.__dict__["seen"] = 1
+                return super().__tensor_flatten__()
+
+            @staticmethod
+            def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+                return Recording(inner["a"], inner["b"])
+
+        t = Recording(torch.ones(1), torch.ones(1))
+
+        def fn(state, x):
+            r = 3.0 if "seen" in registry.__dict__ else 5.0
+            return x * r * (2.0 if hasattr(state, "tag") else 1.0)
+
+        def state(i):
+            registry.__dict__.pop("seen", None)
+            return t
+
+        self._check_calls(fn, state, calls=3)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
