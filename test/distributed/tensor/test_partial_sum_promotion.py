@@ -1511,38 +1511,6 @@ class NarrowedFloatOperandTest(TestCase):
         for ws in (2, 4):
             self._run(ws, body)
 
-    def test_a_second_mul_operand_with_dimensions_is_read_in_the_computed_dtype(
-        self,
-    ):
-        # Only a 0-dim second operand is read as a float32 scalar: an integer
-        # v with dimensions is converted into x's bfloat16/float16
-        # elementwise (int64 259 reads 260), and split there, as the op
-        # reads it (split in float32 it would read 388.5 for 1.5 * 259).
-        bf16, f16 = torch.bfloat16, torch.float16
-        a = [1.5, 3.0, -0.75, 1.0]
-        cases = [
-            (bf16, [259, 1001, 257, 65537], torch.float32),
-            (f16, [2049, 4097, 1025, 65519], torch.float64),
-        ]
-
-        def body(mesh):
-            ws = mesh.size()
-            for adtype, v, odtype in cases:
-                x_full = torch.tensor(a, dtype=adtype)
-                v_full = torch.tensor(v)
-                truth = torch.mul(x_full, v_full, out=torch.zeros(len(a), dtype=odtype))
-                with self.subTest(a=adtype, v=v, out=odtype, ws=ws):
-                    x = distribute_tensor(x_full, mesh, [Shard(0)])
-                    rv = distribute_tensor(v_full, mesh, [Replicate()])
-                    out = self._partial(mesh, odtype, [[0.0] * len(a)] * ws)
-                    res = torch.mul(x, rv, out=out)
-                    self.assertEqual(res.placements, (Partial(),))
-                    got = res.full_tensor()._local_tensors[0]
-                    self.assertEqual(got, truth, atol=0, rtol=0)
-
-        for ws in (2, 4):
-            self._run(ws, body)
-
     def test_an_operand_the_op_converts_exactly_keeps_the_partial(self):
         # A 1-dim Replicate operand of an in-place, out= or foreach add/sub
         # into a Partial(sum) x, where the op computes in a third dtype that
