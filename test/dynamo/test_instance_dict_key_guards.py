@@ -824,6 +824,28 @@ def _memo_key_and_method_hasattr(x, o):
     return x * r * (2.0 if hasattr(o, "m") else 1.0)
 
 
+class _LazyList(list):
+    # Records in its owner's __dict__ that it was measured (LENGTH_CHECK
+    # calls this __len__ when the guards are built and checked).
+    def __init__(self, owner, *args):
+        super().__init__(*args)
+        self._owner = owner
+
+    def __len__(self):
+        self._owner.__dict__["_materialized"] = True
+        return super().__len__()
+
+
+class _LazyListOwner:
+    def __init__(self):
+        self.items = _LazyList(self, [2.0, 3.0])
+
+
+def _materialized_key_and_list_index(x, o):
+    r = 3.0 if "_materialized" in o.__dict__ else 5.0
+    return x * r * o.items[0]
+
+
 class _TensorWithProperty(torch.Tensor):
     @property
     def tag(self):
@@ -1110,6 +1132,23 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             for _ in range(3):
                 self.assertEqual(fn(torch.ones(1), _MemoizingProperty()), expected[0])
 
+    def test_aot_compile_rebuilds_without_key_guards_when_a_list_len_stores(self):
+        # The list's __len__ stores the key the frame read when the guards
+        # are built; aot_compile's guards are built again without the key
+        # guards, and the saved guards state holds the guard set without them.
+        expected = _materialized_key_and_list_index(torch.ones(1), _LazyListOwner())
+        compiled = torch.compile(
+            _materialized_key_and_list_index, fullgraph=True, backend="eager"
+        ).aot_compile(((torch.ones(1), _LazyListOwner()), {}))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "fn.bin")
+            compiled.save_compiled_function(path)
+            with open(path, "rb") as f:
+                loaded = torch.compiler.load_compiled_function(f)
+        for fn in (compiled, loaded):
+            for _ in range(3):
+                self.assertEqual(fn(torch.ones(1), _LazyListOwner()), expected)
+
     def test_aot_compile_keeps_key_guards_without_user_code(self):
         # A hasattr that meets a method runs no user code: the key guard
         # stays, and a call with the key added fails the guards instead of
@@ -1222,6 +1261,108 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             return t
 
         self._check_calls(fn, state, calls=3)
+
+    def test_no_same_frame_failure_when_a_list_len_stores_a_guarded_key(self):
+        # LENGTH_CHECK calls a list subclass's Python __len__ when the guards
+        # are built and checked; this lazily materialized list records that
+        # in its owner's __dict__, whose keys the frame read first. The frame
+        # has no hasattr: its guards are built again without the key guards.
+        class LazyList(list):
+            def __init__(self, owner, *args):
+                super().__init__(*args)
+                self._owner = owner
+
+            def __len__(self):
+                self._owner.__dict__["_materialized"] = True
+                return super().__len__()
+
+        class Owner:
+            def __init__(self):
+                self.items = LazyList(self, [2.0, 3.0])
+
+        owner = Owner()
+
+        def state(i):
+            owner.__dict__.pop("_materialized", None)
+            return owner
+
+        for form, read in (
+            ("in", lambda o: 3.0 if "_materialized" in o.__dict__ else 5.0),
+            ("get", lambda o: 3.0 if o.__dict__.get("_materialized") else 5.0),
+        ):
+            for use in ("index", "iterate"):
+
+                def fn(o, t, read=read, use=use):
+                    r = read(o)
+                    s = o.items[0] if use == "index" else sum(x for x in o.items)
+                    return t * r * s
+
+                with self.subTest(read=form, use=use):
+                    self._check_calls(fn, state)
+
+    def test_no_same_frame_failure_when_a_metaclass_property_stores_a_guarded_key(
+        self,
+    ):
+        # `type(obj).scale` is guarded through GetAttrGuardAccessor, which runs
+        # the metaclass property on every check; it records its use in a
+        # registry whose __dict__ keys the frame read first.
+        class Registry:
+            pass
+
+        registry = Registry()
+
+        class Meta(type):
+            @property
+            def scale(cls):
+                registry.__dict__["seen"] = True
+                return 2.0
+
+        class C(metaclass=Meta):
+            pass
+
+        def state(i):
+            registry.__dict__.pop("seen", None)
+            return C()
+
+        for form, read in (
+            ("in", lambda: 3.0 if "seen" in registry.__dict__ else 5.0),
+            ("get", lambda: 3.0 if registry.__dict__.get("seen") else 5.0),
+        ):
+
+            def fn(obj, t, read=read):
+                r = read()
+                return t * r * type(obj).scale
+
+            with self.subTest(read=form):
+                self._check_calls(fn, state)
+
+    def test_key_guards_stay_when_a_list_len_stores_nothing(self):
+        # The rebuild is only for guards that fail on the frame that built
+        # them: with a list subclass whose __len__ stores nothing, the key
+        # guard stays and a key added later recompiles.
+        class QuietList(list):
+            def __len__(self):
+                return super().__len__()
+
+        class Owner:
+            def __init__(self):
+                self.items = QuietList([2.0, 3.0])
+
+        owner = Owner()
+
+        def state(i):
+            if i == 0:
+                owner.__dict__.pop("_materialized", None)
+            if i == 2:
+                owner.__dict__["_materialized"] = True
+            return owner
+
+        def fn(o, t):
+            r = 3.0 if "_materialized" in o.__dict__ else 5.0
+            return t * r * o.items[0]
+
+        self._check_calls(fn, state, calls=4)
+        self.assertIn("DICT_CONTAINS", self._key_leaves(fn))
 
 
 if __name__ == "__main__":
