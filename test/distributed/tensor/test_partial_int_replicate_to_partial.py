@@ -213,7 +213,7 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
     and on 2x2 and 2x2x2 meshes. The truth is the op on plain tensors built
     from the inputs' full_tensor(), i.e. DTensor's own reduced values."""
 
-    def _run(self, shape, fn, inputs, placements, collectives):
+    def _run(self, shape, fn, inputs, placements, collectives, exact=False):
         # inputs: (placements, local per mesh coordinate) per argument;
         # placements: the result's
         world_size = math.prod(shape)
@@ -241,7 +241,11 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                 got = result.full_tensor()._local_tensors[0]
             truth = fn(*plain)
             self.assertEqual(got.dtype, truth.dtype)
-            self.assertEqual(got, truth, equal_nan=True)
+            if exact:
+                # bit for bit: a rounding difference is the failure looked for
+                self.assertEqual(got, truth, equal_nan=True, atol=0, rtol=0)
+            else:
+                self.assertEqual(got, truth, equal_nan=True)
             self.assertEqual(comm_mode.get_total_counts(), collectives)
         finally:
             dist.destroy_process_group()
@@ -298,6 +302,77 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                     psum,
                     collectives=0,
                 )
+
+    def test_large_integer_operand_of_a_float_add_is_divided_like_a_float(self):
+        # A float add/sub/rsub with a finite alpha rounds the integer operand
+        # into its float dtype; kept whole on one rank, that rank would round
+        # the converted value with its own piece and the sum would round again
+        # at the same ulp (float32 [0.5, 0.5] + 16777218 read 16777218 for
+        # 16777220). Converted and divided, each rank rounds at half that ulp,
+        # as for a float operand, and the sums here are exact.
+        cases = [
+            ("add", lambda a, b: a + b),
+            ("sub", lambda a, b: a - b),
+            ("rsub", lambda a, b: torch.rsub(a, b)),
+            ("add alpha=3", lambda a, b: torch.add(a, b, alpha=3)),
+            ("add_", lambda a, b: a.clone().add_(b)),
+            ("_foreach_add", lambda a, b: torch._foreach_add([a], [b])[0]),
+            ("_foreach_sub", lambda a, b: torch._foreach_sub([a], [b])[0]),
+        ]
+        operands = [
+            (
+                torch.float32,
+                torch.int32,
+                [16777218, 33554436, 16777217, -16777219],
+            ),
+            (
+                torch.float32,
+                torch.int64,
+                [16777218, 33554436, 16777217, -16777219],
+            ),
+            (
+                torch.float64,
+                torch.int64,
+                [2**53 + 2, 2**54 + 4, 2**53 + 1, -(2**53) - 3],
+            ),
+        ]
+        for shape in ((2,), (2, 2)):
+            psum = (Partial("sum"),) * len(shape)
+            rep = (Replicate(),) * len(shape)
+            for dtype, int_dtype, values in operands:
+                pieces = (
+                    torch.tensor([0.5, 0.25, 1.5, -0.5], dtype=dtype),
+                    torch.tensor([0.5, 0.25, 0.5, -0.5], dtype=dtype),
+                )
+                y = torch.tensor(values, dtype=int_dtype)
+                for name, fn in cases:
+                    if name == "add alpha=3" and len(shape) > 1:
+                        # 3 * y / 4 rounds on a four-way split: exact sums
+                        # only where alpha times each piece is exact
+                        continue
+                    with self.subTest(
+                        shape=shape, op=name, dtype=dtype, operand=int_dtype
+                    ):
+                        self._run(
+                            shape,
+                            fn,
+                            [
+                                # the pieces on the first two ranks of the
+                                # last mesh dim, zeros elsewhere
+                                (
+                                    psum,
+                                    lambda co, pieces=pieces: (
+                                        pieces[co[-1]]
+                                        if not any(co[:-1])
+                                        else pieces[0] * 0
+                                    ),
+                                ),
+                                (rep, lambda co, y=y: y),
+                            ],
+                            psum,
+                            collectives=0,
+                            exact=True,
+                        )
 
     def test_operand_repeated_in_a_foreach_list_is_converted_per_entry(self):
         # One integer tensor passed for two list entries of different dtypes is
