@@ -1364,6 +1364,40 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
         self._check_calls(fn, state, calls=4)
         self.assertIn("DICT_CONTAINS", self._key_leaves(fn))
 
+    def test_a_value_guard_failing_on_its_frame_still_raises_with_key_guards(self):
+        # A metaclass property that returns 1.0 on its first two runs and 2.0
+        # afterwards stores nothing: its EQUALS_MATCH guard fails on the frame
+        # that built it. Building the guards again would take 2.0 as the
+        # expected value and reuse the graph traced with 1.0, so the frame
+        # raises as before, although it reads an instance __dict__ key.
+        runs = {"n": 0}
+
+        class Meta(type):
+            @property
+            def scale(cls):
+                runs["n"] += 1
+                return 1.0 if runs["n"] <= 2 else 2.0
+
+        class C(metaclass=Meta):
+            pass
+
+        class Other:
+            pass
+
+        other = Other()
+
+        def fn(obj, t):
+            q = 7.0 if "k" in other.__dict__ else 1.0
+            return t * q * type(obj).scale
+
+        compiled = torch.compile(fn, backend="eager")
+        t = torch.ones(1)
+        with self.assertRaisesRegex(AssertionError, "same frame it was created"):
+            compiled(C(), t)
+        for _ in range(3):
+            self.assertEqual(compiled(C(), t), fn(C(), t))
+            self.assertEqual(compiled(C(), t), t * 2.0)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
