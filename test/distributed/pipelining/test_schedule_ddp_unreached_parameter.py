@@ -16,7 +16,13 @@ Two data-parallel replicas (world size 2, gloo), each holding every stage:
   steps' gradients equal a float64 single-process reference averaged over the
   replicas, each bucket handed to the comm hook once per step;
 - a parameter frozen after DDP wrapped the module (and after the stages were
-  built) is still one DDP reduces: refused at the last W with a hint to re-wrap."""
+  built) is still one DDP reduces: refused at the last W with a hint to re-wrap;
+- a parameter that only rank 1's last micro-batch leaves unused (the last W of
+  rank 0 reaches it): the ranks agree before arming, so both raise at that W,
+  rank 1 naming the parameter and rank 0 naming rank 1, nothing is handed to
+  the comm hook for that stage, and new stages and a new schedule around the
+  same DDP modules train on (the data-parallel group times out after 30 s, so a
+  rank left waiting in DDP's all-reduces fails instead of hanging)."""
 
 import torch
 import torch.distributed as dist
@@ -24,9 +30,14 @@ from test_schedule_ddp import (
     DDPStagesRunner,
     DDPUsageRunner,
     DP,
+    PG_TIMEOUT,
     SCHEDULES,
 )
-from test_schedule_ddp_manual_scale_grads import data, TwoRankGlooTestCase
+from test_schedule_ddp_manual_scale_grads import (
+    data,
+    N_MICROBATCHES,
+    TwoRankGlooTestCase,
+)
 from test_schedule_ddp_metadata import N_STEPS
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining.schedules import (
@@ -161,6 +172,80 @@ class ScheduleDDPUnreachedParameterTest(
                 with self.subTest(case=case, schedule=schedule_cls.__name__):
                     getattr(self, f"_{case}")(schedule_cls, *groups)
                 dist.barrier()
+        dist.destroy_process_group()
+
+    def _unreached_on_one_rank(self, schedule_cls, dp_group, pp_group):
+        # The last stage's extra parameter is used in every micro-batch, except
+        # in rank 1's last micro-batch of step 1: rank 1's last W (split) does
+        # not reach it, rank 0's does.
+        n_stages = SCHEDULES[schedule_cls]
+        extra_stage = n_stages - 1
+        modules, ddps, comms, make_schedule = self._usage_setup(
+            schedule_cls, dp_group, pp_group, extra_stage=extra_stage
+        )
+        forwards = []
+        drop = [False]
+
+        def count_forwards(module, args):
+            if torch.is_grad_enabled():
+                forwards.append(None)
+            module.use_extra = not (
+                drop[0] and self.rank == 1 and len(forwards) == N_MICROBATCHES
+            )
+
+        handle = modules[-1].register_forward_pre_hook(count_forwards)
+        schedule = make_schedule()
+        self._usage_steps(
+            "unreached_on_one_rank",
+            schedule,
+            modules,
+            ddps,
+            comms,
+            extra_stage=extra_stage,
+            steps=range(1),
+        )
+        forwards.clear()
+        drop[0] = True
+        comms.clear()
+        x, y = data(1, self.rank)
+        with self.assertRaisesRegex(
+            RuntimeError,
+            r"parameters \['extra'\] .* get no gradient in its last backward"
+            if self.rank == 1
+            else r"data-parallel rank 1 .* refused to reduce the module before "
+            "arming DDP's reducer",
+        ):
+            schedule.step(x, target=y)
+        self.assertEqual(len(forwards), N_MICROBATCHES)
+        self.assertEqual([c[:2] for c in comms if c[0] == extra_stage], [])
+        for ddp in ddps:
+            self.assertFalse(ddp.require_manual_backward_finalization)
+        drop[0] = False
+        for module in modules:
+            for p in module.parameters():
+                p.grad = None
+        self._usage_steps(
+            "unreached_on_one_rank",
+            make_schedule(),
+            modules,
+            ddps,
+            comms,
+            extra_stage=extra_stage,
+            steps=range(2, 3),
+        )
+        handle.remove()
+
+    def test_ddp_unreached_on_one_rank(self):
+        # Without the ranks agreeing, rank 1 raised and rank 0 armed its
+        # reducer and waited in finalize_backward() until the data-parallel
+        # group's timeout.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        groups = dist.new_group([0, 1], timeout=PG_TIMEOUT), mesh.get_group("pp")
+        for schedule_cls in LAST_W_SPLIT:
+            with self.subTest(schedule=schedule_cls.__name__):
+                self._unreached_on_one_rank(schedule_cls, *groups)
+            dist.barrier()
         dist.destroy_process_group()
 
 
