@@ -374,6 +374,38 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                             exact=True,
                         )
 
+    def test_integer_operand_stays_whole_where_a_division_would_round(self):
+        # At 3 ranks v / 3 rounds on each rank (float16 65504 / 3 rounds up
+        # and the thirds sum to inf; 5 / 3 in float64 sums to
+        # 5.000000000000001), while the integer kept whole on one rank is
+        # exact: the Partial's own pieces carry no rounding here.
+        psum, rep = (Partial("sum"),), (Replicate(),)
+        cases = [
+            ("add", lambda a, b: a + b),
+            ("sub", lambda a, b: a - b),
+            ("rsub", lambda a, b: torch.rsub(a, b)),
+            ("_foreach_add", lambda a, b: torch._foreach_add([a], [b])[0]),
+        ]
+        operands = [
+            (dtype, torch.tensor([1, 5, 5], dtype=torch.int64))
+            for dtype in (torch.float64, torch.float32, torch.bfloat16)
+        ] + [(torch.float16, torch.tensor([1, 5, 65504], dtype=torch.int32))]
+        for dtype, y in operands:
+            x = torch.tensor([1.0, 1.0, 0.0], dtype=dtype)
+            for name, fn in cases:
+                with self.subTest(op=name, dtype=dtype):
+                    self._run(
+                        (3,),
+                        fn,
+                        [
+                            (psum, lambda co, x=x: x if co == (0,) else x * 0),
+                            (rep, lambda co, y=y: y),
+                        ],
+                        psum,
+                        collectives=0,
+                        exact=True,
+                    )
+
     def test_operand_repeated_in_a_foreach_list_is_converted_per_entry(self):
         # One integer tensor passed for two list entries of different dtypes is
         # converted into each entry's dtype, not reused from the first entry
