@@ -2161,5 +2161,96 @@ class IntegerAverageInputTest(TestCase):
                     self.assertTrue(extreme, f"{dtype}, {world_size} ranks")
 
 
+class AvgLimitElementTest(TestCase):
+    """An integer P(avg) element whose usual split leaves the dtype (near its
+    limits) was split as equally as can be under every check, and an element
+    where world_size times it leaves the dtype took the far split off the whole
+    sample: on a sample with such an element, wrong fmod / remainder /
+    floor_divide(P(avg), R) -> P(avg) rules passed, at the limit element and at
+    the others. Witnesses at 2 ranks: int8 126 as pieces [125, 127]: fmod by 3
+    gives trunc((2 + 1) / 2) = 1, truth 0; 6 on [-127, -5, 6, 2] as [5, 8]:
+    floor_divide by 3 gives trunc((1 + 2) / 2) = 1, truth 2; int64 2**63 - 2 as
+    [2**63 - 3, 2**63 - 1]: bitwise_and with 1 gives 1, truth 0. Such an element
+    now gets pieces that differ, and only elements that cannot take far pieces
+    keep their usual split."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def test_samples_with_an_element_at_the_limit(self):
+        P, R = Partial, Replicate()
+        AR = ((P("avg"), R), (P("avg"),))
+        A = ((P("avg"),), (P("avg"),))
+        wrong, right = [], []
+        for dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            x = torch.tensor([info.max, info.min, info.max - 1, 1], dtype=dtype)
+            y = torch.tensor([1, 2, 3, 1], dtype=dtype)
+            low = torch.tensor([info.min + 1, -5, 6, 2], dtype=dtype)
+            three = torch.full((4,), 3, dtype=dtype)
+            wrong += [
+                (f"fmod {dtype}", aten.fmod.Tensor, (x, y), {}, AR),
+                (f"remainder {dtype}", aten.remainder.Tensor, (x, y), {}, AR),
+                (f"floor_divide {dtype}", aten.floor_divide.default, (x, y), {}, AR),
+                (f"floor_divide min + 1 {dtype}", aten.floor_divide.default,
+                 (low, three), {}, AR),
+            ]  # fmt: skip
+            right += [
+                (f"clone {dtype}", aten.clone.default, (x,), {}, A),
+                (f"clone min + 1 {dtype}", aten.clone.default, (low,), {}, A),
+                (f"neg min + 1 {dtype}", aten.neg.default, (low,), {}, A),
+                (f"mul by R 1 {dtype}", aten.mul.Tensor, (x, torch.ones_like(x)), {},
+                 AR),
+                (f"add R 0 {dtype}", aten.add.Tensor, (x, torch.zeros_like(x)), {},
+                 AR),
+            ]  # fmt: skip
+        big = 2**63 - 2
+        for name, x in (
+            ("single", torch.tensor([big])),
+            ("four", torch.tensor([big] * 4)),
+        ):
+            three = torch.full_like(x, 3)
+            wrong += [
+                (f"fmod {name}", aten.fmod.Tensor, (x, three), {}, AR),
+                (f"fmod.Scalar {name}", aten.fmod.Scalar, (x, 3), {}, A),
+                (f"floor_divide {name}", aten.floor_divide.default, (x, three), {},
+                 AR),
+                (f"bitwise_and.Scalar {name}", aten.bitwise_and.Scalar, (x, 1), {}, A),
+            ]  # fmt: skip
+            right += [
+                (f"clone {name}", aten.clone.default, (x,), {}, A),
+                (f"neg {name}", aten.neg.default, (x,), {}, A),
+            ]  # fmt: skip
+        self.run_rows(wrong, right, world_sizes=(2, 3, 4))
+
+    def test_pieces_near_the_limit_differ(self):
+        for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            x = torch.tensor(
+                [info.max, info.min, info.max - 1, info.min + 2, info.max - 2, 1],
+                dtype=dtype,
+            )
+            for world_size in (2, 3, 4):
+                spreads = []
+                for shift in (0, 1, sv._PARITY_SHIFT):
+                    local = sv._create_partial_input(
+                        x, Partial("avg"), world_size, 0, shift
+                    )
+                    pieces = [
+                        local._local_tensors[r].tolist() for r in range(world_size)
+                    ]
+                    columns = list(zip(*pieces))
+                    totals = [sum(column) for column in columns]
+                    means = [abs(t) // world_size * (1 if t >= 0 else -1)
+                             for t in totals]  # fmt: skip
+                    self.assertEqual(means, x.tolist())
+                    spreads.append([max(c) - min(c) for c in columns])
+                # every element but the limits themselves (and min + 2 of uint8,
+                # which is 2) gets pieces two or more apart under some check
+                for i in (2, 4) if info.min == 0 else (2, 3, 4):
+                    with self.subTest(dtype=dtype, world_size=world_size, i=i):
+                        self.assertGreaterEqual(max(s[i] for s in spreads), 2)
+
+
 if __name__ == "__main__":
     run_tests()
