@@ -695,8 +695,6 @@ def _constructed(name: str):
         return _constructed_review17(name[len("review17-") :])
     if name.startswith("review18-"):
         return _constructed_review18(name[len("review18-") :])
-    if name.startswith("review19-"):
-        return _constructed_review19(name[len("review19-") :])
     raise KeyError(name)
 
 
@@ -1475,47 +1473,6 @@ def _constructed_review17(name: str):
     raise KeyError(name)
 
 
-def _constructed_review19(name: str):
-    """The samples of the cold review rev25e B1 and B2 (/work/reviews/rev25e: c_a.py,
-    c_b.py, c_e.py; corpus entries review19-*), ``OP-...``: integer P(avg) data with an
-    element at or near the dtype's limit (B1), and a bool P(min)/P(max) condition of
-    where next to a P(min)/P(max) operand (B2)."""
-    import torch
-
-    aten = torch.ops.aten
-    dtypes = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16,
-              "i8": torch.int8, "f32": torch.float32, "bf16": torch.bfloat16}  # fmt: skip
-    table = {}
-    for dt in ("i64", "i32", "i16", "i8"):
-        dtype = dtypes[dt]
-        info = torch.iinfo(dtype)
-        lim = torch.tensor([info.max, info.min, info.max - 1, 1], dtype=dtype)
-        y = torch.tensor([1, 2, 3, 1], dtype=dtype)
-        low = torch.tensor([info.min + 1, -5, 6, 2], dtype=dtype)
-        table[f"fmodlim-{dt}"] = (aten.fmod.Tensor, (lim, y), {})
-        table[f"remainderlim-{dt}"] = (aten.remainder.Tensor, (lim, y), {})
-        table[f"floordivlim-{dt}"] = (aten.floor_divide.default, (lim, y), {})
-        table[f"floordivmin1-{dt}"] = (
-            aten.floor_divide.default, (low, torch.full((4,), 3, dtype=dtype)), {},
-        )  # fmt: skip
-    big = torch.tensor([2**63 - 2])
-    table["fmodSbig-i64"] = (aten.fmod.Scalar, (big, 3), {})
-    table["bandSbig-i64"] = (aten.bitwise_and.Scalar, (big, 1), {})
-    x = torch.tensor([10, 5, 100, 0])
-    y = torch.tensor([4, -9, 7, -5])
-    flags = torch.tensor([True, True, True, False])
-    for dt in ("i64", "i16", "f32", "bf16"):
-        dtype = dtypes[dt]
-        table[f"wheremin-{dt}"] = (aten.where.self, (flags, x.to(dtype), y.to(dtype)), {})
-        table[f"wheremax-{dt}"] = (
-            aten.where.self, (~flags, y.to(dtype), -x.to(dtype)), {},
-        )  # fmt: skip
-    for k in sorted(table, key=len, reverse=True):
-        if name.startswith(k):
-            return table[k]
-    raise KeyError(name)
-
-
 def _constructed_review18(name: str):
     """Twins of the review15-* and review16-stridedslice3 samples (corpus entries
     review18-*), ``OP-...``: the same ops and rules on 24 rows instead of 8, so that
@@ -1953,36 +1910,6 @@ KNOWN_ACCEPTED = frozenset(
 # sample itself the oracle's random splits miss (F1: it finds one on trial 1 only), and
 # the non-finite rows, whose oracle splits are not valid for a P(sum) (an inf as
 # (inf, nan)) or missing (G5).
-# The cold review rev25e B1 and B2: killed on stock (it cannot build an integer P(avg)
-# nor a bool P(min)/P(max)) and accepted by the overlay (an integer P(avg) element near
-# the dtype's limit was split as equally as can be under every check and took the far
-# split off the whole sample; the joint split left bool Partial inputs out).
-_R19 = "review rev25e: "
-_AVGR = (("P(avg)", "R"), ("P(avg)",))
-REVIEW19 = (
-    *[(f"review19-{op}lim-{dt}-avg-R-avg", "binary", dtype, _AVGR,
-       _R19 + f"B1, int {op}(P(avg), R) on [max, min, max - 1, 1] / [1, 2, 3, 1]")
-      for dt, dtype in (("i64", "int64"), ("i32", "int32"), ("i16", "int16"),
-                        ("i8", "int8"))
-      for op in ("fmod", "remainder", "floordiv")],
-    *[(f"review19-floordivmin1-{dt}-avg-R-avg", "binary", dtype, _AVGR,
-       _R19 + "B1, int floor_divide(P(avg), R(3)) on [min + 1, -5, 6, 2]")
-      for dt, dtype in (("i64", "int64"), ("i32", "int32"), ("i8", "int8"))],
-    ("review19-fmodSbig-i64-avg-avg", "binary", "int64", _AVG,
-     _R19 + "B1, int64 fmod(P(avg), 3) on [2**63 - 2]"),
-    ("review19-bandSbig-i64-avg-avg", "binary", "int64", _AVG,
-     _R19 + "B1, int64 bitwise_and(P(avg), 1) on [2**63 - 2]"),
-    *[(f"review19-wheremin-{dt}-min-R-min-min", "binary", dtype,
-       (("P(min)", "R", "P(min)"), ("P(min)",)),
-       _R19 + "B2, where(c: P(min) bool, x: R, y: P(min)), c False at 3")
-      for dt, dtype in (("i64", "int64"), ("i16", "int16"), ("f32", "float32"),
-                        ("bf16", "bfloat16"))],
-    *[(f"review19-wheremax-{dt}-max-R-max-max", "binary", dtype,
-       (("P(max)", "R", "P(max)"), ("P(max)",)),
-       _R19 + "B2, where(c: P(max) bool, y: R, -x: P(max)), c True at 3")
-      for dt, dtype in (("i64", "int64"), ("f32", "float32"), ("bf16", "bfloat16"))],
-)  # fmt: skip
-
 HAND_WITNESS = {
     **{f"review17-{op}-s0-s0-s0-f32":
        "trial 0 (by hand, the sample itself, 2 ranks): the pieces hold 2 and 3 "
@@ -2077,38 +2004,6 @@ HAND_WITNESS = {
        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, the "
        "P(avg) 0 as pieces [0, -1] (trunc(-1 / 2) = 0), R 1 on both ranks: the rule "
        "gives trunc((1 + 0) / 2) = 0, should be 1",
-    **{f"review19-{op}lim-{dt}-avg-R-avg":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 2, "
-       f"x = max - 1 as pieces [max - 2, max] (sum 2x): the rule gives {rule}"
-       for dt in ("i64", "i32", "i16", "i8")
-       for op, rule in (("fmod", "trunc((2 + 1) / 2) = 1, should be 0 (int8: 126 "
-                                 "as [125, 127], by 3)"),
-                        ("remainder", "trunc((2 + 1) / 2) = 1, should be 0 (int8: "
-                                      "126 as [125, 127], by 3)"),
-                        ("floordiv", "trunc((41 + 42) / 2) = 41, should be 42 "
-                                     "(int8: 126 as [125, 127], by 3)"))},
-    **{f"review19-floordivmin1-{dt}-avg-R-avg":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 2, x = 6 "
-       "as pieces [5, 8]: the rule gives trunc((1 + 2) / 2) = 1, should be 2"
-       for dt in ("i64", "i32", "i8")},
-    "review19-fmodSbig-i64-avg-avg":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
-       "x = 2**63 - 2 as pieces [2**63 - 3, 2**63 - 1]: fmod by 3 gives "
-       "trunc((2 + 1) / 2) = 1, should be 0",
-    "review19-bandSbig-i64-avg-avg":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
-       "x = 2**63 - 2 as pieces [2**63 - 3, 2**63 - 1]: the rule gives "
-       "trunc((1 + 1) / 2) = 1, should be 0",
-    **{f"review19-wheremin-{dt}-min-R-min-min":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 3, c = "
-       "False as [True, False], y = -5 as [-5, 20], x = 0: the ranks give 0 and 20, "
-       "the rule 0, should be -5"
-       for dt in ("i64", "i16", "f32", "bf16")},
-    **{f"review19-wheremax-{dt}-max-R-max-max":
-       "trial 0 (by hand, a split of the sample itself, 2 ranks): element 3, c = "
-       "True as [True, False], y = -5 replicated, -x = 0 as [-100, 0]: the ranks "
-       "give -5 and 0, the rule 0, should be -5"
-       for dt in ("i64", "f32", "bf16")},
 }  # fmt: skip
 
 # Every wrong rule found by hand so far: (id, family, dtype, builder, rule, source).
@@ -2201,7 +2096,6 @@ FOUND = (
     *REVIEW16,
     *REVIEW17,
     *REVIEW18,
-    *REVIEW19,
 )  # fmt: skip
 
 
