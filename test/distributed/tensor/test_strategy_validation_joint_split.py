@@ -118,6 +118,61 @@ class JointSplitTest(TestCase):
         ]  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_bool_min_max_partial_next_to_another(self):
+        # A bool P(min)/P(max) input (and / or) takes part in the joint split: left
+        # out, a bool condition and a P(min) operand were never on different ranks,
+        # and where(P(min), R, P(min)) -> P(min) passed. Witness at 2 ranks: c =
+        # False as [True, False], y = -5 as [-5, 20], x = 0: the ranks give 0 and
+        # 20, the rule 0, truth -5.
+        P, R = Partial, Replicate()
+        wrong, right = [], []
+        x = torch.tensor([10, 5, 100, 0])
+        y = torch.tensor([4, -9, 7, -5])
+        for dtype in (torch.int16, torch.int64, torch.float32, torch.bfloat16):
+            a, b = x.to(dtype), y.to(dtype)
+            for pos in (0, 2, 3):
+                c = torch.ones(4, dtype=torch.bool)
+                c[pos] = False
+                wrong.append(
+                    (f"{dtype} where(P(min), R, P(min)) False at {pos}",
+                     aten.where.self, (c, a, b),
+                     ((P("min"), R, P("min")), (P("min"),)))
+                )  # fmt: skip
+                right += [
+                    (f"{dtype} where(R, P(min), P(min)) False at {pos}",
+                     aten.where.self, (c, a, b),
+                     ((R, P("min"), P("min")), (P("min"),))),
+                    (f"{dtype} where(R, P(max), P(max)) True at {pos}",
+                     aten.where.self, (~c, a, b),
+                     ((R, P("max"), P("max")), (P("max"),))),
+                    (f"{dtype} minimum(P(min) bool, P(min)) False at {pos}",
+                     aten.minimum.default, (c, a),
+                     ((P("min"), P("min")), (P("min"),))),
+                    (f"{dtype} maximum(P(max) bool, P(max)) True at {pos}",
+                     aten.maximum.default, (~c, a),
+                     ((P("max"), P("max")), (P("max"),))),
+                ]  # fmt: skip
+            c = torch.zeros(4, dtype=torch.bool)
+            c[3] = True
+            wrong += [
+                (f"{dtype} where(P(max), R, P(max)) True at 3", aten.where.self,
+                 (c, b, -a), ((P("max"), R, P("max")), (P("max"),))),
+                (f"{dtype} where(P(min), R, P(min)) [F, T, F, T]", aten.where.self,
+                 (torch.tensor([False, True, False, True]), a, b),
+                 ((P("min"), R, P("min")), (P("min"),))),
+                (f"{dtype} where(P(min), R, P(min)) 2x2", aten.where.self,
+                 (torch.tensor([[True, True], [True, False]]), a.reshape(2, 2),
+                  b.reshape(2, 2)), ((P("min"), R, P("min")), (P("min"),))),
+                (f"{dtype} where(P(min), R, P(min)) 0-d", aten.where.self,
+                 (torch.tensor(False), a[3], b[3]),
+                 ((P("min"), R, P("min")), (P("min"),))),
+            ]  # fmt: skip
+            right.append(
+                (f"{dtype} minimum(P(min) bool, P(min)) 0-d", aten.minimum.default,
+                 (torch.tensor(False), a[3]), ((P("min"), P("min")), (P("min"),)))
+            )  # fmt: skip
+        self.run_rows(wrong, right)
+
 
 if __name__ == "__main__":
     run_tests()
