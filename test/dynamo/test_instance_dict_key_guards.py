@@ -1398,6 +1398,53 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             self.assertEqual(compiled(C(), t), fn(C(), t))
             self.assertEqual(compiled(C(), t), t * 2.0)
 
+    def test_a_key_guard_and_a_value_guard_failing_together_still_raise(self):
+        # The guards' user code (two metaclass properties, on their build-time
+        # check) stores a key the frame read and changes a value another guard
+        # checks. check_verbose reports the key guard, but guards built again
+        # would take the changed value (cfg.scale 2.0) as expected and reuse
+        # the graph traced with 1.0, so the frame raises as before.
+        runs = {"s1": 0, "s2": 0}
+
+        class Box:
+            pass
+
+        reg, cfg = Box(), Box()
+        cfg.scale = 1.0
+
+        class StoresKey(type):
+            @property
+            def s1(cls):
+                runs["s1"] += 1
+                if runs["s1"] == 3:
+                    reg.__dict__["a_k"] = True
+                return 1.0
+
+        class ChangesValue(type):
+            @property
+            def s2(cls):
+                runs["s2"] += 1
+                if runs["s2"] == 3:
+                    cfg.scale = 2.0
+                return 1.0
+
+        class C(metaclass=StoresKey):
+            pass
+
+        class D(metaclass=ChangesValue):
+            pass
+
+        def fn(a_m, W_a_m, c, d, t):
+            q = 3.0 if "a_k" in a_m.__dict__ else 5.0
+            return t * q * type(c).s1 * type(d).s2 * W_a_m.scale
+
+        compiled = torch.compile(fn, backend="eager")
+        t = torch.ones(1)
+        with self.assertRaisesRegex(AssertionError, "same frame it was created"):
+            compiled(reg, cfg, C(), D(), t)
+        for _ in range(3):
+            self.assertEqual(compiled(reg, cfg, C(), D(), t), t * 6.0)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
