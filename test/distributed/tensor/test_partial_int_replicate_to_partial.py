@@ -387,18 +387,17 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
             ("_foreach_add", lambda a, b: torch._foreach_add([a], [b])[0]),
         ]
         operands = [
-            (dtype, torch.tensor([1, 5, 5], dtype=torch.int64))
+            ((3,), dtype, torch.tensor([1, 5, 5], dtype=torch.int64))
             for dtype in (torch.float64, torch.float32, torch.bfloat16)
-        ] + [(torch.float16, torch.tensor([1, 5, 65504], dtype=torch.int32))]
+        ] + [((3,), torch.float16, torch.tensor([1, 5, 65504], dtype=torch.int32))]
         # float16 and bfloat16 hold few digits of a large integer: at 8 ranks
         # its eighths round in the per-rank sums (60000 read 59968)
         operands += [
-            (dtype, torch.tensor([65472, 60000, 40003], dtype=torch.int32))
+            ((8,), dtype, torch.tensor([65472, 60000, 40003], dtype=torch.int32))
             for dtype in (torch.float16, torch.bfloat16)
         ]
-        for i, (dtype, y) in enumerate(operands):
+        for shape, dtype, y in operands:
             x = torch.tensor([1.0, 1.0, 0.0], dtype=dtype)
-            shape = (3,) if i < 4 else (8,)
             for name, fn in cases:
                 with self.subTest(op=name, dtype=dtype, shape=shape):
                     self._run(
