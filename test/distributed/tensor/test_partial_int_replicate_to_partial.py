@@ -550,6 +550,39 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
         finally:
             dist.destroy_process_group()
 
+    def test_integer_operand_is_converted_into_the_current_default_dtype(self):
+        # An integer tensor and a Python float compute in the default dtype:
+        # a call under float64 after one under float32 converts the operand
+        # into float64 (2**24 + 1 stays exact), not into the float32 of the
+        # earlier call.
+        values = [2**24 + 1, 2**53 - 1, 3, -(2**24 + 3)]
+        cases = [
+            ("mul", lambda y, o: torch.mul(y, 0.5, out=o)),
+            ("div", lambda y, o: torch.div(y, 0.5, out=o)),
+        ]
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+        default = torch.get_default_dtype()
+        try:
+            mesh = init_device_mesh("cpu", (2,))
+            for name, fn in cases:
+                for dtype in (torch.float32, torch.float64):
+                    with self.subTest(op=name, default_dtype=dtype):
+                        torch.set_default_dtype(dtype)
+                        y = torch.tensor(values)
+                        truth = torch.zeros(4, dtype=dtype)
+                        fn(y, truth)
+                        with LocalTensorMode(frozenset(range(2))):
+                            d = distribute_tensor(y, mesh, [Replicate()])
+                            o = distribute_tensor(
+                                torch.zeros(4, dtype=dtype), mesh, [Partial("sum")]
+                            )
+                            fn(d, o)
+                            got = o.full_tensor()._local_tensors[0]
+                        self.assertEqual(got, truth, atol=0, rtol=0)
+        finally:
+            torch.set_default_dtype(default)
+            dist.destroy_process_group()
+
     def test_pending_integer_partial_is_reduced_in_its_dtype_before_the_split(
         self,
     ):
