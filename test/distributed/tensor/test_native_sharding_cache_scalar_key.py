@@ -14,6 +14,7 @@ compares each outcome with the same call on empty caches, and each value with th
 the reduced plain tensors.
 """
 
+import itertools
 from unittest import mock
 
 import torch
@@ -243,6 +244,110 @@ class NativeShardingCacheScalarKeyTest(TestCase):
                 self.assertEqual(counted.call_count, 1)
                 self.assertEqual(result.dtype, plain.dtype)
                 self.assertEqual(self.full(result), plain)
+
+    def test_scalar_factor_twin_is_not_planned_again(self):
+        # x * s, x / s, x.mul_(s) and x.div_(s) with a Python scalar s keep the
+        # placements of x (Shard, Replicate, Partial sum or avg): the 0-d tensor
+        # twin's plan is the same, so a sharding propagation miss runs one
+        # strategy, not two, and the result still goes to the native cache.
+        import torch.distributed.tensor._sharding_prop as sharding_prop
+
+        cases = {
+            "x * 0.5": (torch.float32, lambda x: x * 0.5),
+            "x / 2": (torch.float32, lambda x: x / 2),
+            "int64 x * 2": (torch.int64, lambda x: x * 2),
+            "x.mul_(0.5)": (torch.float32, lambda x: x.mul_(0.5)),
+            "x.div_(4)": (torch.float32, lambda x: x.div_(4)),
+        }
+        placements = [Partial("sum"), Partial("avg"), Shard(0), Replicate()]
+        expand = sharding_prop._expand_single_dim_strategy_to_mesh
+        for (name, (dtype, fn)), placement in itertools.product(
+            cases.items(), placements
+        ):
+            if placement == Partial("avg") and not dtype.is_floating_point:
+                continue  # an integer Partial(avg) is reduced first
+            with self.subTest(op=name, placement=placement):
+                values = lambda r: (torch.tensor([2.0, -4.0]) * (r + 1)).to(dtype)
+                x = self.dtensor(placement, values)
+                plain = fn(self.full(x).clone())
+                _clear_sharding_prop_cache()
+                with mock.patch.object(
+                    sharding_prop,
+                    "_expand_single_dim_strategy_to_mesh",
+                    side_effect=expand,
+                ) as counted:
+                    with self.mode:
+                        result = fn(x)
+                self.assertEqual(counted.call_count, 1)
+                self.assertEqual(result.placements, (placement,))
+                self.assertEqual(self.full(result), plain)
+                x = self.dtensor(placement, values)
+                with self.mode:
+                    hits, _ = torch._C._get_DTensor_sharding_propagator_cache_stats()
+                    result = fn(x)
+                    hits_after, _ = (
+                        torch._C._get_DTensor_sharding_propagator_cache_stats()
+                    )
+                self.assertEqual(hits_after, hits + 1)
+                self.assertEqual(self.full(result), plain)
+
+    def test_scalar_factor_twin_plan_agrees_with_the_twin_strategy(self):
+        # Where the twin's plan is taken to be the call's without planning it,
+        # planning the twin (its strategy, with the call's output tensor meta)
+        # gives no redistribution and the same output spec.
+        from torch.distributed.tensor._dispatch import OpDispatcher
+
+        keeps = OpDispatcher._twin_keeps_scalar_plan
+        propagator = DTensor._op_dispatcher.sharding_propagator
+        answers = []
+
+        def checked(schema, twin_schema, output_sharding):
+            answer = keeps(schema, twin_schema, output_sharding)
+            if answer:
+                twin = propagator.propagate_op_sharding_non_cached(
+                    twin_schema, output_sharding.output_spec.tensor_meta
+                )
+                answers.append(
+                    (
+                        twin.needs_redistribute,
+                        twin.output_spec == output_sharding.output_spec,
+                    )
+                )
+            return answer
+
+        ops = {
+            "mul": lambda x, s: x * s,
+            "div": lambda x, s: x / s,
+            "mul_": lambda x, s: x.mul_(s),
+            "div_": lambda x, s: x.div_(s),
+        }
+        dtypes = [
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+            torch.complex64,
+            torch.int64,
+            torch.uint8,
+            torch.bool,
+        ]
+        placements = [Partial("sum"), Partial("avg"), Shard(0), Replicate()]
+        with mock.patch.object(
+            OpDispatcher, "_twin_keeps_scalar_plan", staticmethod(checked)
+        ):
+            for fn, dtype, placement, s in itertools.product(
+                ops.values(), dtypes, placements, [True, 3, 2.5, 1j]
+            ):
+                x = self.dtensor(
+                    placement, lambda r: (torch.tensor([2, 4]) * (r + 1)).to(dtype)
+                )
+                _clear_sharding_prop_cache()
+                try:
+                    with self.mode:
+                        fn(x, s)
+                except RuntimeError:
+                    pass  # e.g. an integer x.div_(s): the kernel refuses it
+        self.assertGreater(len(answers), 100)
+        self.assertEqual(set(answers), {(False, True)})
 
     def test_zero_dim_tensor_without_scalar_form_hits_the_native_cache(self):
         # In these ops a Python scalar goes to a Scalar overload (_foreach_mul.Scalar,
