@@ -501,55 +501,6 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
         finally:
             dist.destroy_process_group()
 
-    def test_shard_source_of_an_integer_operand_is_not_converted(self):
-        # Shard -> Partial("sum") fills zeros around the shard and divides
-        # nothing, so an integer operand whose split mesh dim comes from a
-        # Shard is redistributed in its own dtype in one step: one
-        # all_reduce for [Shard(1), Partial("sum")] -> [Partial("sum"),
-        # Shard(1)], not a reduce_scatter and an all_gather.
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
-        try:
-            mesh = init_device_mesh("cpu", (2, 2))
-            full = torch.arange(16, dtype=torch.int32).reshape(4, 4) - 5
-            src = (Shard(1), Partial("sum"))
-            dst = (Partial("sum"), Shard(1))
-            for alpha in (1, 3, -float("inf")):
-                with self.subTest(alpha=alpha):
-                    with LocalTensorMode(frozenset(range(4))):
-                        x = distribute_tensor(
-                            torch.full((4, 4), 1.5), mesh, [Replicate()] * 2
-                        )
-                        # columns 2i, 2i + 1 on mesh row i, as pieces
-                        # full + 7 and -7 along mesh dim 1
-                        c = DTensor.from_local(
-                            LocalTensor(
-                                {
-                                    2 * i + j: full[:, 2 * i : 2 * i + 2] + 7
-                                    if j == 0
-                                    else torch.full((4, 2), -7, dtype=torch.int32)
-                                    for i in range(2)
-                                    for j in range(2)
-                                }
-                            ),
-                            mesh,
-                            src,
-                            run_check=False,
-                        )
-                        o = distribute_tensor(torch.zeros(4, 4), mesh, dst)
-                        truth = torch.add(x.full_tensor(), c.full_tensor(), alpha=alpha)
-                        comm_mode = CommDebugMode()
-                        with comm_mode:
-                            torch.add(x, c, alpha=alpha, out=o)
-                        self.assertEqual(o.placements, dst)
-                        self.assertEqual(comm_mode.get_total_counts(), 1)
-                        if alpha != -float("inf"):
-                            self.assertEqual(
-                                o.full_tensor()._local_tensors[0],
-                                truth._local_tensors[0],
-                            )
-        finally:
-            dist.destroy_process_group()
-
     def test_integer_operand_is_converted_into_the_current_default_dtype(self):
         # An integer tensor and a Python float compute in the default dtype:
         # a call under float64 after one under float32 converts the operand
