@@ -187,8 +187,27 @@ class StepAfterFailedStepTest(TestCase):
         modules, schedule, disarm = self._schedule(ScheduleDualPipeV, where, k)
         self._fail_first_step(schedule, disarm, modules)
         x, y = batch(1)
-        with self.assertRaisesRegex(PipeliningMetadataError, "still owned"):
+        with self.assertRaisesRegex(
+            PipeliningMetadataError,
+            "still owned .* Build new stages and a new schedule to run another step",
+        ) as ctx:
             schedule.step(x, target=y)
+        # Every stage is on this rank: no P2P work is in flight, so the process
+        # group is kept, and new stages and a new schedule around the same
+        # modules train on.
+        self.assertRegex(
+            str(ctx.exception),
+            "If every stage is on this rank, no P2P work is in flight and the "
+            "process group can be kept",
+        )
+        for m in modules:  # the refused step may have accumulated some
+            m.zero_grad(set_to_none=True)
+        stages = [
+            PipelineStage(m, i, len(modules), torch.device("cpu"))
+            for i, m in enumerate(modules)
+        ]
+        schedule = ScheduleDualPipeV(stages, n_microbatches=N_MICROBATCHES, loss_fn=mse)
+        self._check_next_step(schedule, modules)
 
     @parametrize(
         "schedule_cls", (ScheduleGPipe, Schedule1F1B), name_fn=lambda c: c.__name__
