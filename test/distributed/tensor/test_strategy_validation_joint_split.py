@@ -173,6 +173,72 @@ class JointSplitTest(TestCase):
             )  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_bool_partial_next_to_values_the_joint_split_cannot_hold(self):
+        # Review rev25g G3: the joint split needs its value, times any element of
+        # the op's tensors, within the dtype; on int8 data (and int16 / int32 data
+        # of moderate size) it was not built, and a wrong where(P(min) bool, R,
+        # P(min)) -> P(min) passed. The far split puts the bool's values on ranks
+        # 1.. and the P(min) operand's true value on rank 0. Witness at 2 ranks
+        # (int8): c = False as [True, False], y = 4 as [4, 40], x = 10: the ranks
+        # give 10 and 40, the rule 10, truth 4.
+        P, R = Partial, Replicate()
+        samples = {
+            torch.int8: ([10, 5, 100, 0], [4, -9, 7, -5]),
+            torch.int16: ([1000, 500, 1000, 0], [400, -900, 700, -500]),
+            torch.int32: ([10**6, 5, 100, 0], [4 * 10**5, -9 * 10**5, 7, -5 * 10**5]),
+        }
+        wrong, right = [], []
+        for dtype, (xs, ys) in samples.items():
+            x, y = torch.tensor(xs, dtype=dtype), torch.tensor(ys, dtype=dtype)
+            for pos in (0, 2, 3):
+                c = torch.ones(4, dtype=torch.bool)
+                c[pos] = False
+                row = f"{dtype} False at {pos}"
+                wrong.append(
+                    (f"{row} where(P(min), R, P(min))", aten.where.self, (c, x, y),
+                     ((P("min"), R, P("min")), (P("min"),)))
+                )  # fmt: skip
+                right += [
+                    (f"{row} minimum(P(min) bool, P(min))", aten.minimum.default,
+                     (c, y), ((P("min"), P("min")), (P("min"),))),
+                    (f"{row} mul(P(min) bool, P(min) >= 0)", aten.mul.Tensor,
+                     (c, y.abs()), ((P("min"), P("min")), (P("min"),))),
+                    (f"{row} where(P(min) bool, P(min) >= 0, R 0)", aten.where.self,
+                     (c, y.abs(), torch.zeros_like(y)),
+                     ((P("min"), P("min"), R), (P("min"),))),
+                    (f"{row} maximum(P(max) bool, P(max))", aten.maximum.default,
+                     (~c, y), ((P("max"), P("max")), (P("max"),))),
+                ]  # fmt: skip
+            c = torch.zeros(4, dtype=torch.bool)
+            c[3] = True
+            wrong.append(
+                (f"{dtype} where(P(max), R, P(max)) True at 3", aten.where.self,
+                 (c, y, -x), ((P("max"), R, P("max")), (P("max"),)))
+            )  # fmt: skip
+        self.run_rows(wrong, right)
+
+    def test_what_the_bool_separation_cannot_see(self):
+        # A float16 operand of data above about 5e3: the joint split's value does
+        # not fit float16 and the far split is not built (its constant must stay
+        # 4 times the data within float16's range), so the bool condition and the
+        # P(min) operand are never on different ranks and the wrong rule passes.
+        P, R = Partial, Replicate()
+        x = torch.tensor([10000, 5, 20000, 0], dtype=torch.float16)
+        y = torch.tensor([8000, -9000, 7000, -5000], dtype=torch.float16)
+        for pos in (0, 2, 3):
+            c = torch.ones(4, dtype=torch.bool)
+            c[pos] = False
+            with self.subTest(pos=pos):
+                self.assertIs(
+                    self.judge(
+                        aten.where.self,
+                        (c, x, y),
+                        ((P("min"), R, P("min")), (P("min"),)),
+                        2,
+                    ),
+                    True,
+                )
+
 
 if __name__ == "__main__":
     run_tests()

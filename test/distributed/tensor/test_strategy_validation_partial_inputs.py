@@ -2032,7 +2032,7 @@ class AvgRemainderSignTest(TestCase):
                 t = torch.tensor([[-7, 4, 0], [3, -1, 9]])
                 t = t.abs().to(dtype) if dtype == torch.uint8 else t.to(dtype)
                 for tensor_idx, mask_shift, far in itertools.product(
-                    (0, 1), (0, 1, sv._PARITY_SHIFT), (False, True)
+                    (0, 1), (0, 1, sv._PARITY_SHIFT, sv._SPREAD_SHIFT), (False, True)
                 ):
                     with self.subTest(
                         world_size=world_size,
@@ -2094,6 +2094,108 @@ class NormPartialNextToMinMaxTest(TestCase):
         self.run_rows(wrong, right)
 
 
+class AvgSpreadCheckTest(TestCase):
+    """Review rev25e B1: an integer P(avg) element near the dtype's limit (its
+    offsets or remainder would leave the dtype) was split as equally as can be
+    under every check, and one such element turned the far split off for the whole
+    sample: wrong fmod/remainder/floor_divide(P(avg), R) -> P(avg) rules passed on
+    [max, min, max - 1, 1] / [1, 2, 3, 1]. Witness (int8, 2 ranks): 126 as pieces
+    [125, 127]: fmod by 3 gives trunc((2 + 1) / 2) = 1, truth 0. Review rev25g G1:
+    at an odd world size the parity check's pieces of an even element sum to
+    world_size times it, so they are never all odd, and a wrong
+    bitwise_and/remainder/fmod(P(avg), 1 or 2) -> P(avg) passed on every all-even
+    sample at 3 ranks (4 as [5, 5, 3]: 1 + 1 + 1 gives 1, truth 0). The spread
+    check (pieces one apart) is an extra check: review rev25g G2's rules, which
+    are wrong only through a piece at the signed minimum ([min + 1] as [min,
+    min + 2]: mul by 2 gives trunc((0 + 2 * min + 4) / 2) wrapped), stay
+    rejected."""
+
+    judge = WrongRuleTest.judge
+    run_rows = SplitVarietyWrongRuleTest.run_rows
+
+    def test_elements_near_the_limits_and_all_even_samples(self):
+        P, R = Partial, Replicate()
+        PA, PRA = ((P("avg"),), (P("avg"),)), ((P("avg"), R), (P("avg"),))
+        wrong, right = [], []
+        for dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            lim = torch.tensor([info.max, info.min, info.max - 1, 1], dtype=dtype)
+            y = torch.tensor([1, 2, 3, 1], dtype=dtype)
+            near_min = torch.tensor([info.min + 1, -5, 6, 2], dtype=dtype)
+            wrong += [
+                (f"fmod lim {dtype}", aten.fmod.Tensor, (lim, y), {}, PRA),
+                (f"remainder lim {dtype}", aten.remainder.Tensor, (lim, y), {}, PRA),
+                (f"floor_divide lim {dtype}", aten.floor_divide.default, (lim, y),
+                 {}, PRA),
+                (f"floor_divide min + 1 {dtype}", aten.floor_divide.default,
+                 (near_min, y), {}, PRA),
+            ]  # fmt: skip
+            for name, data in (("[4]", [4]), ("[4] * 4", [4] * 4),
+                               ("[2, -4, 6, 8]", [2, -4, 6, 8]),
+                               ("[max - 1]", [info.max - 1])):  # fmt: skip
+                a = torch.tensor(data, dtype=dtype)
+                wrong += [
+                    (f"bitwise_and 1 {name} {dtype}", aten.bitwise_and.Scalar, (a, 1),
+                     {}, PA),
+                    (f"remainder 2 {name} {dtype}", aten.remainder.Scalar, (a, 2), {},
+                     PA),
+                    (f"fmod 2 {name} {dtype}", aten.fmod.Scalar, (a, 2), {}, PA),
+                ]  # fmt: skip
+            # rev25g G2: wrong only through a piece at the signed minimum.
+            for name, data in (("[min + 1]", [info.min + 1]),
+                               ("[min + 1] * 2", [info.min + 1] * 2)):  # fmt: skip
+                a = torch.tensor(data, dtype=dtype)
+                wrong += [
+                    (f"mul 2 {name} {dtype}", aten.mul.Tensor, (a, 2), {}, PA),
+                    (f"add {name} {dtype}", aten.add.Tensor, (a, a), {},
+                     ((P("avg"), P("avg")), (P("avg"),))),
+                    (f"abs {name} {dtype}", aten.abs.default, (a,), {}, PA),
+                    (f"bitwise_xor 1 {name} {dtype}", aten.bitwise_xor.Scalar, (a, 1),
+                     {}, PA),
+                    (f"neg {name} {dtype}", aten.neg.default, (a,), {}, PA),
+                ]  # fmt: skip
+            for name, a in (("lim", lim), ("min + 1", near_min)):
+                right += [
+                    (f"clone {name} {dtype}", aten.clone.default, (a,), {}, PA),
+                    (f"mul by R 1 {name} {dtype}", aten.mul.Tensor,
+                     (a, torch.ones_like(a)), {}, PRA),
+                    (f"fmod by R 1 {name} {dtype}", aten.fmod.Tensor,
+                     (a, torch.ones_like(a)), {}, PRA),
+                    (f"add P(sum) {name} {dtype}", aten.add.Tensor, (a, y), {},
+                     ((P("sum"), P("sum")), (P("sum"),))),
+                    (f"mul P(sum), R {name} {dtype}", aten.mul.Tensor, (a, y), {},
+                     ((P("sum"), R), (P("sum"),))),
+                ]  # fmt: skip
+        for name, data in (("[254]", [254]), ("[4] * 4", [4] * 4)):
+            a = torch.tensor(data, dtype=torch.uint8)
+            wrong.append((f"bitwise_and 1 {name} uint8", aten.bitwise_and.Scalar,
+                          (a, 1), {}, PA))  # fmt: skip
+            right.append((f"clone {name} uint8", aten.clone.default, (a,), {}, PA))
+        self.run_rows(wrong, right, world_sizes=(2, 3, 4))
+
+    def test_far_split_of_the_other_elements(self):
+        # One element beyond max / world_size keeps its usual split; the others
+        # get far pieces (before, the whole sample had no far split, and a wrong
+        # int64 clamp(P(avg), -100, 100) -> P(avg) and int16/int32/int64
+        # fmod(P(avg), 1000) -> P(avg) passed).
+        P = Partial
+        PA = ((P("avg"),), (P("avg"),))
+        wrong, right = [], []
+        for dtype in (torch.int16, torch.int32, torch.int64):
+            info = torch.iinfo(dtype)
+            for name, data in (("big", [info.max // 2 + 1, 5, 6, 2]),
+                               ("min", [info.min, 5, -6, 2])):  # fmt: skip
+                a = torch.tensor(data, dtype=dtype)
+                wrong += [
+                    (f"clamp 100 {name} {dtype}", aten.clamp.default, (a, -100, 100),
+                     {}, PA),
+                    (f"fmod 1000 {name} {dtype}", aten.fmod.Scalar, (a, 1000), {}, PA),
+                ]  # fmt: skip
+                right.append((f"clone {name} {dtype}", aten.clone.default, (a,), {},
+                              PA))  # fmt: skip
+        self.run_rows(wrong, right, world_sizes=(2, 3, 4))
+
+
 class IntegerAverageInputTest(TestCase):
     """An integer P(avg) input stands for the sum of its pieces over the integers
     divided by the world size, truncated toward zero, as DTensor reduces an integer
@@ -2127,7 +2229,7 @@ class IntegerAverageInputTest(TestCase):
                     (sample, idx, shift)
                     for sample in (limits, data)
                     for idx, shift in itertools.product(
-                        (0, 1), (0, 1, sv._PARITY_SHIFT)
+                        (0, 1), (0, 1, sv._PARITY_SHIFT, sv._SPREAD_SHIFT)
                     )
                 ]
                 cases += [
