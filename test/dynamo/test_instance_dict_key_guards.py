@@ -2,6 +2,7 @@
 # Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
 # tests); kept in its own file here because the project never edits upstream files.
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -1617,6 +1618,40 @@ class KeyGuardFallbackTests(torch._dynamo.test_case.TestCase):
             lambda: distribute_tensor(torch.ones(2), mesh, [Replicate()]),
             lambda out: out.to_local(),
         )
+
+    def test_key_stored_by_len_with_dispatch_key_changes_between_calls(self):
+        # The key guards fail on every build here (the key is popped before
+        # each call). The tensor guards of the entry that is installed must
+        # read the dispatch keys of the call that checks them: calls under
+        # autocast or inference_mode and calls outside alternate, and each
+        # kind keeps its own entry.
+        def fn(o, t):
+            r = 3.0 if "_m" in o.__dict__ else 5.0
+            s = 2.0 if torch.is_autocast_enabled("cpu") else 1.0
+            return t * r * o.items[0] * s
+
+        contexts = {
+            "autocast": lambda: torch.autocast("cpu"),
+            "inference_mode": torch.inference_mode,
+        }
+        for name, context in contexts.items():
+            for dynamic in (False, True):
+                with self.subTest(context=name, dynamic=dynamic):
+                    torch._dynamo.reset()
+                    cnt = CompileCounter()
+                    compiled = torch.compile(fn, backend=cnt, dynamic=dynamic)
+                    o = _MaterializedOwner()
+                    o.items = _AlwaysMaterializingList(o, [2.0])
+                    eager_o = _MaterializedOwner()
+                    eager_o.items = _AlwaysMaterializingList(eager_o, [2.0])
+                    for inside in (False, True, False, True, False, False):
+                        o.__dict__.pop("_m", None)
+                        eager_o.__dict__.pop("_m", None)
+                        with context() if inside else contextlib.nullcontext():
+                            out = compiled(o, torch.ones(2))
+                            expected = fn(eager_o, torch.ones(2))
+                        self.assertEqual(out, expected)
+                    self.assertEqual(cnt.frame_count, 2)
 
     def test_aot_compile_key_stored_by_len_with_a_tensor_subclass_input(self):
         from torch.testing._internal.two_tensor import TwoTensor
