@@ -2,8 +2,11 @@
 # Upstream home: test/dynamo/test_misc.py (next to the other instance __dict__
 # tests); kept in its own file here because the project never edits upstream files.
 
+import contextlib
+import dataclasses
 import os
 import tempfile
+import types
 
 import torch
 import torch._dynamo.test_case
@@ -1444,6 +1447,229 @@ class HasattrUserCodeKeyGuardTests(torch._dynamo.test_case.TestCase):
             compiled(reg, cfg, C(), D(), t)
         for _ in range(3):
             self.assertEqual(compiled(reg, cfg, C(), D(), t), t * 6.0)
+
+
+class _AlwaysMaterializingList(list):
+    # LENGTH_CHECK calls this __len__ on every check of the guards; it records
+    # the call in its owner's __dict__, whose keys the frame reads.
+    def __init__(self, owner, *args):
+        super().__init__(*args)
+        self._owner = owner
+
+    def __len__(self):
+        self._owner.__dict__["_m"] = True
+        return super().__len__()
+
+
+class _MaterializedOwner:
+    pass
+
+
+def _materialized_key_times_item(o, t):
+    r = 3.0 if "_m" in o.__dict__ else 5.0
+    return t * r * o.items[0]
+
+
+def _key_and_string(c, d, t):
+    # Reads the globals `keys_owner` and `values_owner` of the namespace it is
+    # rebound to.
+    q = 3.0 if "k" in keys_owner.__dict__ else 5.0  # noqa: F821
+    r = 1.0 if values_owner.v == "x #1" else 1.2  # noqa: F821
+    return t * q * type(c).s1 * type(d).s2 * r
+
+
+def _key_and_constant(c, d, t):
+    q = 3.0 if "k" in keys_owner.__dict__ else 5.0  # noqa: F821
+    return t * q * type(c).s1 * type(d).s2 * values_owner.cfg.scale  # noqa: F821
+
+
+def _with_globals(fn, **names):
+    namespace = {"__builtins__": __builtins__, "torch": torch, **names}
+    return types.FunctionType(fn.__code__, namespace, fn.__name__)
+
+
+class KeyGuardFallbackTests(torch._dynamo.test_case.TestCase):
+    """A frame whose guards fail on the frame that built them after guard
+    code stored a key the frame read falls back to the guards of the same build
+    without the instance __dict__ key guards. Those keep the expected values
+    taken before the check ran the guard code: a value that guard code changed
+    as well fails them (the same-frame AssertionError, as before key guards),
+    whatever the guard printout shows, and a frame where nothing else changed
+    keeps its graph."""
+
+    def _key_and_value_writers(self, value_attr, old, new):
+        # Metaclass properties read through GetAttrGuardAccessor: on their
+        # third run (the check of the guards when they are built) P stores the
+        # key the frame read and Q replaces a value another guard checks.
+        runs = {"p": 0, "q": 0}
+
+        class Box:
+            pass
+
+        reg, cfg = Box(), Box()
+        setattr(cfg, value_attr, old)
+
+        class StoresKey(type):
+            @property
+            def s1(cls):
+                runs["p"] += 1
+                if runs["p"] == 3:
+                    reg.__dict__["k"] = True
+                return 1.0
+
+        class ChangesValue(type):
+            @property
+            def s2(cls):
+                runs["q"] += 1
+                if runs["q"] == 3:
+                    setattr(cfg, value_attr, new)
+                return 1.0
+
+        class C(metaclass=StoresKey):
+            pass
+
+        class D(metaclass=ChangesValue):
+            pass
+
+        return reg, cfg, C, D
+
+    def _raises_then_equals_eager(self, fn, args, dynamic=None):
+        compiled = torch.compile(fn, backend="eager", dynamic=dynamic)
+        with self.assertRaisesRegex(AssertionError, "same frame it was created"):
+            compiled(*args())
+        for _ in range(3):
+            self.assertEqual(compiled(*args()), fn(*args()))
+
+    def test_changed_string_with_a_hash_sign_raises(self):
+        # EQUALS_MATCH prints 'x #1' and 'x #2'; a comparison of the guard
+        # printouts cut at " #" took them for the same guard.
+        reg, cfg, C, D = self._key_and_value_writers("v", "x #1", "x #2")
+        fn = _with_globals(_key_and_string, keys_owner=reg, values_owner=cfg)
+        self._raises_then_equals_eager(fn, lambda: (C(), D(), torch.ones(1)))
+
+    def _check_constant_with_repr(self, cfg_cls):
+        torch.utils._pytree.register_constant(cfg_cls)
+        reg, cfg, C, D = self._key_and_value_writers(
+            "cfg", cfg_cls("c", 1.0), cfg_cls("c", 2.0)
+        )
+        fn = _with_globals(_key_and_constant, keys_owner=reg, values_owner=cfg)
+        self._raises_then_equals_eager(
+            fn, lambda: (C(), D(), torch.ones(1)), dynamic=True
+        )
+
+    def test_changed_constant_whose_repr_hides_the_field_raises(self):
+        # A pytree constant compared by EQUALS_MATCH whose repr leaves out a
+        # field its __eq__ compares: both expected values print the same.
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Cfg:
+            name: str
+            scale: float = dataclasses.field(default=1.0, repr=False)
+
+        self._check_constant_with_repr(Cfg)
+
+    def test_changed_constant_with_a_two_line_repr_raises(self):
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Cfg:
+            name: str
+            scale: float = 1.0
+
+            def __repr__(self):
+                return f"Cfg(name={self.name!r},\n    scale={self.scale!r})"
+
+        self._check_constant_with_repr(Cfg)
+
+    def _check_key_stored_by_len(self, make_tensor, value_of):
+        # Eager never calls len(): the key is never there. The guards' own
+        # write must not change the compiled results.
+        for backend in ("eager", "aot_eager"):
+            for dynamic in (False, True):
+                with self.subTest(backend=backend, dynamic=dynamic):
+                    torch._dynamo.reset()
+                    o = _MaterializedOwner()
+                    o.items = _AlwaysMaterializingList(o, [2.0])
+                    compiled = torch.compile(
+                        _materialized_key_times_item, backend=backend, dynamic=dynamic
+                    )
+                    for i in range(4):
+                        if i == 2:
+                            o.__dict__.pop("_m", None)
+                        out = compiled(o, make_tensor())
+                        self.assertEqual(value_of(out), torch.full((2,), 10.0))
+
+    def test_key_stored_by_len_with_a_tensor_subclass_input(self):
+        # TENSOR_SUBCLASS_METADATA_MATCH is a lambda leaf made anew on every
+        # build (its printout names the closure by id).
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self._check_key_stored_by_len(
+            lambda: TwoTensor(torch.ones(2), torch.ones(2)), lambda out: out.a
+        )
+
+    def test_key_stored_by_len_with_a_dtensor_input(self):
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import distribute_tensor, Replicate
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+        self.addCleanup(dist.destroy_process_group)
+        mesh = init_device_mesh("cpu", (2,))
+        self._check_key_stored_by_len(
+            lambda: distribute_tensor(torch.ones(2), mesh, [Replicate()]),
+            lambda out: out.to_local(),
+        )
+
+    def test_key_stored_by_len_with_dispatch_key_changes_between_calls(self):
+        # The key guards fail on every build here (the key is popped before
+        # each call). The tensor guards of the entry that is installed must
+        # read the dispatch keys of the call that checks them: calls under
+        # autocast or inference_mode and calls outside alternate, and each
+        # kind keeps its own entry.
+        def fn(o, t):
+            r = 3.0 if "_m" in o.__dict__ else 5.0
+            s = 2.0 if torch.is_autocast_enabled("cpu") else 1.0
+            return t * r * o.items[0] * s
+
+        contexts = {
+            "autocast": lambda: torch.autocast("cpu"),
+            "inference_mode": torch.inference_mode,
+        }
+        for name, context in contexts.items():
+            for dynamic in (False, True):
+                with self.subTest(context=name, dynamic=dynamic):
+                    torch._dynamo.reset()
+                    cnt = CompileCounter()
+                    compiled = torch.compile(fn, backend=cnt, dynamic=dynamic)
+                    o = _MaterializedOwner()
+                    o.items = _AlwaysMaterializingList(o, [2.0])
+                    eager_o = _MaterializedOwner()
+                    eager_o.items = _AlwaysMaterializingList(eager_o, [2.0])
+                    for inside in (False, True, False, True, False, False):
+                        o.__dict__.pop("_m", None)
+                        eager_o.__dict__.pop("_m", None)
+                        with context() if inside else contextlib.nullcontext():
+                            out = compiled(o, torch.ones(2))
+                            expected = fn(eager_o, torch.ones(2))
+                        self.assertEqual(out, expected)
+                    self.assertEqual(cnt.frame_count, 2)
+
+    def test_aot_compile_key_stored_by_len_with_a_tensor_subclass_input(self):
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        def fn(t, o):
+            return _materialized_key_times_item(o, t)
+
+        o = _MaterializedOwner()
+        o.items = _AlwaysMaterializingList(o, [2.0])
+
+        def make():
+            return TwoTensor(torch.ones(2), torch.ones(2))
+
+        compiled = torch.compile(fn, fullgraph=True, backend="eager").aot_compile(
+            ((make(), o), {})
+        )
+        for _ in range(3):
+            self.assertEqual(compiled(make(), o).a, torch.full((2,), 10.0))
 
 
 if __name__ == "__main__":
