@@ -267,7 +267,10 @@ class NativeShardingCacheScalarKeyTest(TestCase):
             if placement == Partial("avg") and not dtype.is_floating_point:
                 continue  # an integer Partial(avg) is reduced first
             with self.subTest(op=name, placement=placement):
-                values = lambda r: (torch.tensor([2.0, -4.0]) * (r + 1)).to(dtype)
+
+                def values(r, dtype=dtype):
+                    return (torch.tensor([2.0, -4.0]) * (r + 1)).to(dtype)
+
                 x = self.dtensor(placement, values)
                 plain = fn(self.full(x).clone())
                 _clear_sharding_prop_cache()
