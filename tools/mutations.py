@@ -695,6 +695,8 @@ def _constructed(name: str):
         return _constructed_review17(name[len("review17-") :])
     if name.startswith("review18-"):
         return _constructed_review18(name[len("review18-") :])
+    if name.startswith("review20-"):
+        return _constructed_review20(name[len("review20-") :])
     raise KeyError(name)
 
 
@@ -1499,6 +1501,29 @@ def _constructed_review18(name: str):
     raise KeyError(name)
 
 
+def _constructed_review20(name: str):
+    """The rows of review rev25i H2 (corpus entries review20-*), ``OP-DTYPE-...``:
+    where with a bool P(min)/P(max) condition next to a floating-point operand whose
+    data lie beyond the far split's range (one element of about 1e20 / 1e30 in
+    float32 / bfloat16, 2e4 in float16), the wrong element being small."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.split("-")[:2]
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    big = {"f32": 1e20, "bf16": 1e30, "f16": 1e4}[dt]
+    x = torch.tensor([big, 5, 100, 0], dtype=dtype)
+    y = torch.tensor([0.4 * big, -9, 7, -5], dtype=dtype)
+    c = torch.tensor([True, True, True, False])
+    if op == "wheremin":  # where(P(min), R, P(min)) -> P(min)
+        return aten.where.self, (c, x, y), {}
+    if op == "wherecminmax":  # where(P(min), R, P(max)) -> P(max)
+        return aten.where.self, (c, y, x), {}
+    if op == "wheremax":  # where(P(max), R, P(max)) -> P(max)
+        return aten.where.self, (~c, y, -x), {}
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1899,6 +1924,24 @@ REVIEW18 = (
      _R18 + "review16-stridedslice3: slice(x, 0, 0, 3)"),
 )  # fmt: skip
 
+# Review rev25i H2: where with a bool P(min)/P(max) condition next to a floating-point
+# operand of data beyond the far split's range (above about 1.6e4; float16 5e3) and
+# beyond the joint split's (about 1e19; float16 5e3): accepted until the far split ran
+# once more with wide min/max pieces (0052).
+_R20 = "review rev25i H2 (bool P(min)/P(max) next to large floating-point data): "
+REVIEW20 = tuple(
+    (f"review20-{op}-{dt}-{name}", "binary", dtype, rule, _R20 + text)
+    for dt, dtype in (("f32", "float32"), ("bf16", "bfloat16"), ("f16", "float16"))
+    for op, name, rule, text in (
+        ("wheremin", "min-r-min", (("P(min)", "R", "P(min)"), ("P(min)",)),
+         "where(c, x, y), c = [T, T, T, F], x = [b, 5, 100, 0], y = [0.4b, -9, 7, -5]"),
+        ("wherecminmax", "min-r-max", (("P(min)", "R", "P(max)"), ("P(max)",)),
+         "where(c, y, x), c = [T, T, T, F], x = [b, 5, 100, 0], y = [0.4b, -9, 7, -5]"),
+        ("wheremax", "max-r-max", (("P(max)", "R", "P(max)"), ("P(max)",)),
+         "where(c, y, -x), c = [F, F, F, T], x = [b, 5, 100, 0], y = [0.4b, -9, 7, -5]"),
+    )
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -2096,6 +2139,7 @@ FOUND = (
     *REVIEW16,
     *REVIEW17,
     *REVIEW18,
+    *REVIEW20,
 )  # fmt: skip
 
 

@@ -217,27 +217,66 @@ class JointSplitTest(TestCase):
             )  # fmt: skip
         self.run_rows(wrong, right)
 
-    def test_what_the_bool_separation_cannot_see(self):
-        # A float16 operand of data above about 5e3: the joint split's value does
-        # not fit float16 and the far split is not built (its constant must stay
-        # 4 times the data within float16's range), so the bool condition and the
-        # P(min) operand are never on different ranks and the wrong rule passes.
+    def test_bool_partial_next_to_large_floating_values(self):
+        # A floating-point P(min)/P(max) operand with data above about 1.6e4
+        # (float16: 5e3) has no far piece of the far split (its constant stays
+        # within 2**24 for the rounding of summed pieces), and once one element
+        # reaches about 1e19 (float16: 5e3) the joint split's value does not fit
+        # either, so the bool condition and the operand were never on different
+        # ranks and the wrong where rules passed, also where the wrong element is
+        # small. Witness at 2 ranks (float32 x = [1e20, 5, 100, 0], y = [4e19, -9,
+        # 7, -5]): c = False as [True, False], y = -5 as [-4, -5] at element 3
+        # give 0 and -4, the rule -4, truth -5. Such pieces are only compared, so
+        # the far split runs once more with a far piece beyond the data.
         P, R = Partial, Replicate()
-        x = torch.tensor([10000, 5, 20000, 0], dtype=torch.float16)
-        y = torch.tensor([8000, -9000, 7000, -5000], dtype=torch.float16)
-        for pos in (0, 2, 3):
-            c = torch.ones(4, dtype=torch.bool)
-            c[pos] = False
-            with self.subTest(pos=pos):
-                self.assertIs(
-                    self.judge(
-                        aten.where.self,
-                        (c, x, y),
-                        ((P("min"), R, P("min")), (P("min"),)),
-                        2,
-                    ),
-                    True,
-                )
+        samples = {
+            torch.float32: ([1e20, 5, 100, 0], [4e19, -9, 7, -5]),
+            torch.bfloat16: ([1e30, 5, 100, 0], [4e29, -9, 7, -5]),
+            torch.float16: ([10000, 5, 20000, 0], [8000, -9000, 7000, -5000]),
+        }
+        wrong, right = [], []
+        for dtype, (xs, ys) in samples.items():
+            x, y = torch.tensor(xs, dtype=dtype), torch.tensor(ys, dtype=dtype)
+            for pos in (0, 3):
+                c = torch.ones(4, dtype=torch.bool)
+                c[pos] = False
+                row = f"{dtype} False at {pos}"
+                wrong += [
+                    (f"{row} where(P(min), R, P(min))", aten.where.self, (c, x, y),
+                     ((P("min"), R, P("min")), (P("min"),))),
+                    (f"{row} where(P(min), R, P(max)) -> P(max)", aten.where.self,
+                     (c, y, x), ((P("min"), R, P("max")), (P("max"),))),
+                ]  # fmt: skip
+                right += [
+                    (f"{row} minimum(P(min) bool, P(min))", aten.minimum.default,
+                     (c, y), ((P("min"), P("min")), (P("min"),))),
+                    (f"{row} mul(P(min) bool, P(min) >= 0)", aten.mul.Tensor,
+                     (c, y.abs()), ((P("min"), P("min")), (P("min"),))),
+                    (f"{row} where(P(min) bool, P(min) >= 0, R 0)", aten.where.self,
+                     (c, y.abs(), torch.zeros_like(y)),
+                     ((P("min"), P("min"), R), (P("min"),))),
+                    (f"{row} maximum(P(max) bool, P(max))", aten.maximum.default,
+                     (~c, y), ((P("max"), P("max")), (P("max"),))),
+                    (f"{row} where(R, P(min), P(min))", aten.where.self, (c, x, y),
+                     ((R, P("min"), P("min")), (P("min"),))),
+                ]  # fmt: skip
+            c = torch.zeros(4, dtype=torch.bool)
+            c[3] = True
+            wrong.append(
+                (f"{dtype} where(P(max), R, P(max)) True at 3", aten.where.self,
+                 (c, x, -y), ((P("max"), R, P("max")), (P("max"),)))
+            )  # fmt: skip
+            right += [
+                (f"{dtype} mul(P(max), 2)", aten.mul.Tensor, (y, 2),
+                 ((P("max"),), (P("max"),))),
+                (f"{dtype} add(P(max), R)", aten.add.Tensor, (y, x),
+                 ((P("max"), R), (P("max"),))),
+                (f"{dtype} neg(P(max)) -> P(min)", aten.neg.default, (y,),
+                 ((P("max"),), (P("min"),))),
+                (f"{dtype} clamp(P(min), -10, 10)", aten.clamp.default,
+                 (y, -10, 10), ((P("min"),), (P("min"),))),
+            ]  # fmt: skip
+        self.run_rows(wrong, right)
 
 
 if __name__ == "__main__":
