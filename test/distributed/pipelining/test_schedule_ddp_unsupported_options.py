@@ -2,8 +2,9 @@
 """DDP options that a split (dX/dW) last backward cannot support are refused at the
 first step, with the same clear error on every rank, before anything is computed
 or exchanged: find_unused_parameters where a stage's last backward is a separate
-weight pass, static_graph under any schedule with a weight pass, and a DDP stage
-with a dw_builder whose last backward is a weight pass.
+weight pass, static_graph on such a stage (stage 0's weight pass runs its whole
+backward: it keeps both options), and a DDP stage with a dw_builder whose last
+backward is a weight pass.
 
 Two data-parallel replicas (world size 2, gloo), each holding every stage, two
 steps: where a schedule ends every stage's backward fused (ScheduleInterleaved1F1B,
@@ -16,8 +17,8 @@ then all meet at a barrier; find_unused_parameters works under the fused
 ScheduleInterleaved1F1B and Schedule1F1B). A DDP over a one-rank group (dp, pp) =
 (1, 2) is not refused: its all-reduces change no value, and the grads equal the
 reference. Only DDP stages with the option are
-refused: stage 0 alone with find_unused_parameters (its W runs the whole backward)
-works. NoDDPStageTest (one process): a schedule without a DDP stage does not look
+refused: stage 0 alone with find_unused_parameters or static_graph (its W runs the
+whole backward) works. NoDDPStageTest (one process): a schedule without a DDP stage does not look
 at its actions for DDP at a step."""
 
 from unittest import mock
@@ -56,7 +57,9 @@ from torch.testing._internal.common_utils import run_tests, TestCase
 # Options refused where a stage's last backward is split, by schedule; their error
 # names the option. DualPipeV with every stage on one rank ends each stage with a
 # fused backward (stage 0's W runs the whole backward), so find_unused_parameters
-# works there; static_graph is refused under every split schedule.
+# works there; static_graph is refused on the stages past the first under every
+# split schedule (here every stage has it; under ScheduleDualPipeV on one rank by
+# the rule of test_schedule_ddp_static_graph.py, whose error also names it).
 REFUSED = {
     "find_unused_parameters": {ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble},
     "static_graph": SPLIT,
@@ -239,6 +242,55 @@ class ScheduleDDPUnsupportedOptionsTest(
         dist.barrier()
         dist.destroy_process_group()
 
+    def test_ddp_static_graph_on_stage_0_only(self):
+        # (dp, pp) = (2, 1): only stage 0 (whose last backward, its W, runs the
+        # whole backward, as under a fused schedule) is DDP(static_graph=True);
+        # the other stages are plain modules (their grads all-reduced by hand)
+        # or DDP with the default options. Nothing is refused, and every stage's
+        # grads equal the float64 reference in both steps.
+        self.init_gloo()
+        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
+        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
+        for schedule_cls in SCHEDULES:
+            if schedule_cls not in SPLIT:
+                continue
+            for rest in ("plain", "ddp"):
+                n_stages = SCHEDULES[schedule_cls]
+                modules = build(n_stages)
+                wrapped = [
+                    DDP(module, process_group=dp_group, static_graph=i == 0)
+                    if i == 0 or rest == "ddp"
+                    else module
+                    for i, module in enumerate(modules)
+                ]
+                stages = [
+                    PipelineStage(m, i, n_stages, torch.device("cpu"), group=pp_group)
+                    for i, m in enumerate(wrapped)
+                ]
+                schedule = schedule_cls(
+                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
+                )
+                for step in range(N_STEPS):
+                    msg = f"{schedule_cls.__name__}, rest {rest}, step {step}"
+                    x, y = data(step, self.rank)
+                    schedule.step(x, target=y)
+                    reference = reference_grads(build(n_stages), step, DP)
+                    for i, (module, ref) in enumerate(
+                        zip(modules, reference, strict=True)
+                    ):
+                        for p, ref_p in zip(
+                            module.parameters(), ref.parameters(), strict=True
+                        ):
+                            if rest == "plain" and i > 0:
+                                dist.all_reduce(p.grad, group=dp_group)
+                                p.grad /= DP
+                            torch.testing.assert_close(
+                                p.grad, ref_p.grad, msg=f"{msg}, stage {i}"
+                            )
+                            p.grad = None
+                dist.barrier()
+        dist.destroy_process_group()
+
     def test_ddp_find_unused_on_stage_0_only(self):
         # (dp, pp) = (2, 1): under ScheduleZBVZeroBubble and
         # ScheduleInterleavedZeroBubble only stage 0 (whose last backward, its W,
@@ -357,6 +409,8 @@ class ScheduleDDPUnsupportedOptionsFourRankTest(DDPFourRankRunner, TwoRankGlooTe
         # over the pipeline group), so all four ranks refuse alike or all run.
         # ScheduleDualPipeV's V puts stages 0 and 3 on pipeline rank 0 (last
         # backwards fused or stage 0's whole-backward W) and 1, 2 on rank 1.
+        # static_graph on pipeline rank 0's split stage only (ZBV's V: stage 3;
+        # IZB's loop: stage 2): all four ranks refuse, naming it.
         all_reduce = dist.all_reduce
         for schedule_cls, config, option_stages, pattern in (
             (ScheduleDualPipeV, "find_unused_parameters", {0, 3}, None),
@@ -369,14 +423,14 @@ class ScheduleDDPUnsupportedOptionsFourRankTest(DDPFourRankRunner, TwoRankGlooTe
             (
                 ScheduleZBVZeroBubble,
                 "static_graph",
-                {0},
-                r"static_graph=True.*stages \[0\]",
+                {3},
+                r"stages \[3\] .*static_graph=True",
             ),
             (
                 ScheduleInterleavedZeroBubble,
                 "static_graph",
-                {0},
-                r"static_graph=True.*stages \[0\]",
+                {2},
+                r"stages \[2\] .*static_graph=True",
             ),
         ):
             with self.subTest(
