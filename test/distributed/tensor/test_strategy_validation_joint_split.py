@@ -278,6 +278,22 @@ class JointSplitTest(TestCase):
             ]  # fmt: skip
         self.run_rows(wrong, right)
 
+    def test_far_check_of_large_divisors_unchanged(self):
+        # The far check before the wide one gives a large P(min) divisor its
+        # usual far split; with the wide piece instead (the wide check's option
+        # reaching it), fmod of a small P(min) dividend passed. Witness at 2
+        # ranks: s = 3 as [3, 40003], b = 2e4 as [2e4, 20001] give fmod 3 and 1,
+        # the rule 1, truth 3.
+        P = Partial
+        wrong = [
+            (f"{dtype} fmod(P(min), P(min) large)", aten.fmod.Tensor,
+             (torch.tensor([3, 4, 5, 6], dtype=dtype),
+              torch.tensor([2e4, 50, 100, 70], dtype=dtype)),
+             ((P("min"), P("min")), (P("min"),)))
+            for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.float16)
+        ]  # fmt: skip
+        self.run_rows(wrong, [])
+
 
 if __name__ == "__main__":
     run_tests()
