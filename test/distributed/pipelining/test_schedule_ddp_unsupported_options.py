@@ -243,73 +243,41 @@ class ScheduleDDPUnsupportedOptionsTest(
         dist.destroy_process_group()
 
     def test_ddp_static_graph_on_stage_0_only(self):
-        # (dp, pp) = (2, 1): only stage 0 (whose last backward, its W, runs the
-        # whole backward, as under a fused schedule) is DDP(static_graph=True);
-        # the other stages are plain modules (their grads all-reduced by hand)
-        # or DDP with the default options. Nothing is refused, and every stage's
-        # grads equal the float64 reference in both steps.
-        self.init_gloo()
-        mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
-        dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
-        for schedule_cls in SCHEDULES:
-            if schedule_cls not in SPLIT:
-                continue
-            for rest in ("plain", "ddp"):
-                n_stages = SCHEDULES[schedule_cls]
-                modules = build(n_stages)
-                wrapped = [
-                    DDP(module, process_group=dp_group, static_graph=i == 0)
-                    if i == 0 or rest == "ddp"
-                    else module
-                    for i, module in enumerate(modules)
-                ]
-                stages = [
-                    PipelineStage(m, i, n_stages, torch.device("cpu"), group=pp_group)
-                    for i, m in enumerate(wrapped)
-                ]
-                schedule = schedule_cls(
-                    stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn
-                )
-                for step in range(N_STEPS):
-                    msg = f"{schedule_cls.__name__}, rest {rest}, step {step}"
-                    x, y = data(step, self.rank)
-                    schedule.step(x, target=y)
-                    reference = reference_grads(build(n_stages), step, DP)
-                    for i, (module, ref) in enumerate(
-                        zip(modules, reference, strict=True)
-                    ):
-                        for p, ref_p in zip(
-                            module.parameters(), ref.parameters(), strict=True
-                        ):
-                            if rest == "plain" and i > 0:
-                                dist.all_reduce(p.grad, group=dp_group)
-                                p.grad /= DP
-                            torch.testing.assert_close(
-                                p.grad, ref_p.grad, msg=f"{msg}, stage {i}"
-                            )
-                            p.grad = None
-                dist.barrier()
-        dist.destroy_process_group()
+        # Only stage 0 (whose last backward, its W, runs the whole backward, as
+        # under a fused schedule) is DDP(static_graph=True).
+        self._check_option_on_stage_0_only(
+            [cls for cls in SCHEDULES if cls in SPLIT], "static_graph"
+        )
 
     def test_ddp_find_unused_on_stage_0_only(self):
-        # (dp, pp) = (2, 1): under ScheduleZBVZeroBubble and
-        # ScheduleInterleavedZeroBubble only stage 0 (whose last backward, its W,
-        # runs the whole backward) is DDP(find_unused_parameters=True), with an
-        # unused parameter; the other stages, whose last backward is split, are
-        # plain modules (their grads all-reduced by hand) or DDP with the
-        # default options. Nothing is refused, and the grads equal the reference.
+        # Under ScheduleZBVZeroBubble and ScheduleInterleavedZeroBubble only
+        # stage 0 (whose last backward, its W, runs the whole backward) is
+        # DDP(find_unused_parameters=True), with an unused parameter.
+        self._check_option_on_stage_0_only(
+            [ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble],
+            "find_unused_parameters",
+            with_unused=True,
+        )
+
+    def _check_option_on_stage_0_only(self, schedules, option, with_unused=False):
+        # (dp, pp) = (2, 1): stage 0 is DDP with `option` set; the other stages,
+        # whose last backward is split, are plain modules (their grads
+        # all-reduced by hand) or DDP with the default options. Nothing is
+        # refused, and every stage's grads equal the float64 reference in both
+        # steps (an unused parameter of stage 0 keeps no grad).
         self.init_gloo()
         mesh = init_device_mesh("cpu", (DP, 1), mesh_dim_names=("dp", "pp"))
         dp_group, pp_group = mesh.get_group("dp"), mesh.get_group("pp")
-        for schedule_cls in (ScheduleZBVZeroBubble, ScheduleInterleavedZeroBubble):
+        for schedule_cls in schedules:
             for rest in ("plain", "ddp"):
                 n_stages = SCHEDULES[schedule_cls]
                 modules = build(n_stages)
-                modules[0].unused = torch.nn.Parameter(
-                    torch.ones(DIM, dtype=torch.float64)
-                )
+                if with_unused:
+                    modules[0].unused = torch.nn.Parameter(
+                        torch.ones(DIM, dtype=torch.float64)
+                    )
                 wrapped = [
-                    DDP(module, process_group=dp_group, find_unused_parameters=i == 0)
+                    DDP(module, process_group=dp_group, **{option: i == 0})
                     if i == 0 or rest == "ddp"
                     else module
                     for i, module in enumerate(modules)
@@ -326,7 +294,8 @@ class ScheduleDDPUnsupportedOptionsTest(
                     x, y = data(step, self.rank)
                     schedule.step(x, target=y)
                     reference = reference_grads(build(n_stages), step, DP)
-                    self.assertIsNone(modules[0].unused.grad, msg=msg)
+                    if with_unused:
+                        self.assertIsNone(modules[0].unused.grad, msg=msg)
                     for i, (module, ref) in enumerate(
                         zip(modules, reference, strict=True)
                     ):
