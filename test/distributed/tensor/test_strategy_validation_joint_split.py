@@ -23,6 +23,22 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 aten = torch.ops.aten
 
 
+def bool_partial_right_rows(row, c, y):
+    """Right rules with a bool P(min)/P(max) condition ``c`` next to ``y``."""
+    P, R = Partial, Replicate()
+    return [
+        (f"{row} minimum(P(min) bool, P(min))", aten.minimum.default,
+         (c, y), ((P("min"), P("min")), (P("min"),))),
+        (f"{row} mul(P(min) bool, P(min) >= 0)", aten.mul.Tensor,
+         (c, y.abs()), ((P("min"), P("min")), (P("min"),))),
+        (f"{row} where(P(min) bool, P(min) >= 0, R 0)", aten.where.self,
+         (c, y.abs(), torch.zeros_like(y)),
+         ((P("min"), P("min"), R), (P("min"),))),
+        (f"{row} maximum(P(max) bool, P(max))", aten.maximum.default,
+         (~c, y), ((P("max"), P("max")), (P("max"),))),
+    ]  # fmt: skip
+
+
 class JointSplitTest(TestCase):
     def judge(self, op, args, rule, world_size, kwargs=None):
         kwargs = kwargs or {}
@@ -198,17 +214,7 @@ class JointSplitTest(TestCase):
                     (f"{row} where(P(min), R, P(min))", aten.where.self, (c, x, y),
                      ((P("min"), R, P("min")), (P("min"),)))
                 )  # fmt: skip
-                right += [
-                    (f"{row} minimum(P(min) bool, P(min))", aten.minimum.default,
-                     (c, y), ((P("min"), P("min")), (P("min"),))),
-                    (f"{row} mul(P(min) bool, P(min) >= 0)", aten.mul.Tensor,
-                     (c, y.abs()), ((P("min"), P("min")), (P("min"),))),
-                    (f"{row} where(P(min) bool, P(min) >= 0, R 0)", aten.where.self,
-                     (c, y.abs(), torch.zeros_like(y)),
-                     ((P("min"), P("min"), R), (P("min"),))),
-                    (f"{row} maximum(P(max) bool, P(max))", aten.maximum.default,
-                     (~c, y), ((P("max"), P("max")), (P("max"),))),
-                ]  # fmt: skip
+                right += bool_partial_right_rows(row, c, y)
             c = torch.zeros(4, dtype=torch.bool)
             c[3] = True
             wrong.append(
@@ -247,16 +253,7 @@ class JointSplitTest(TestCase):
                     (f"{row} where(P(min), R, P(max)) -> P(max)", aten.where.self,
                      (c, y, x), ((P("min"), R, P("max")), (P("max"),))),
                 ]  # fmt: skip
-                right += [
-                    (f"{row} minimum(P(min) bool, P(min))", aten.minimum.default,
-                     (c, y), ((P("min"), P("min")), (P("min"),))),
-                    (f"{row} mul(P(min) bool, P(min) >= 0)", aten.mul.Tensor,
-                     (c, y.abs()), ((P("min"), P("min")), (P("min"),))),
-                    (f"{row} where(P(min) bool, P(min) >= 0, R 0)", aten.where.self,
-                     (c, y.abs(), torch.zeros_like(y)),
-                     ((P("min"), P("min"), R), (P("min"),))),
-                    (f"{row} maximum(P(max) bool, P(max))", aten.maximum.default,
-                     (~c, y), ((P("max"), P("max")), (P("max"),))),
+                right += bool_partial_right_rows(row, c, y) + [
                     (f"{row} where(R, P(min), P(min))", aten.where.self, (c, x, y),
                      ((R, P("min"), P("min")), (P("min"),))),
                 ]  # fmt: skip
