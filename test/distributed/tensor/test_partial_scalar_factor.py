@@ -42,6 +42,7 @@ LOCALS = [
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 WIDE = {torch.float64}
+CAST_ERROR = "can't be cast to the desired output type"
 # (name, fn, keeps the Partial: True, False, or the dtypes in which it does)
 CASES = [
     ("x * 2.0", lambda x: x * 2.0, True),
@@ -167,6 +168,69 @@ class PartialScalarFactorTest(DTensorContinuousTestBase):
                 _clear_sharding_prop_cache()
                 with self.assertRaisesRegex(RuntimeError, "placement"):
                     fn(self._partial(mesh, reduce_op, torch.float32))
+
+    def test_integer_partial(self):
+        # An integer or bool Partial("sum") times a float factor computes in a
+        # floating dtype, so it is reduced first whatever the factor's value;
+        # in place, the kernel's dtype error is raised as for a plain tensor
+        # (not a placement error), and an integer factor keeps it pending.
+        mesh = self._mesh()
+        partial = tuple(self._placements("sum"))
+        replicate = (Replicate(),) * mesh.ndim
+        out_of_place = [
+            ("x * inf", lambda x: x * inf, False),
+            ("x * -inf", lambda x: x * -inf, False),
+            ("x * 1e39", lambda x: x * 1e39, False),
+            ("x * 2.0**130", lambda x: x * 2.0**130, False),
+            ("x * 2.0", lambda x: x * 2.0, False),
+            ("x / 0", lambda x: x / 0, False),
+            ("x / 0.0", lambda x: x / 0.0, False),
+            ("x / 2.0**-160", lambda x: x / 2.0**-160, False),
+            (
+                "_foreach_mul(Scalar inf)",
+                lambda x: torch._foreach_mul([x], inf)[0],
+                False,
+            ),
+            ("x * 3", lambda x: x * 3, True),
+        ]
+        in_place = [
+            ("x.mul_(inf)", lambda x: x.mul_(inf)),
+            ("x.mul_(1e39)", lambda x: x.mul_(1e39)),
+            ("x.mul_(2.0)", lambda x: x.mul_(2.0)),
+            ("x.div_(0.0)", lambda x: x.div_(0.0)),
+            ("x.div_(0)", lambda x: x.div_(0)),
+            ("_foreach_mul_([x], inf)", lambda x: torch._foreach_mul_([x], inf)),
+        ]
+        for dtype in (torch.int64, torch.int32, torch.bool):
+            pieces = torch.stack(
+                [torch.tensor(p).to(dtype) for p in LOCALS[: self.world_size]]
+            )
+            truth = pieces.sum(0).to(dtype)
+            for name, fn, keeps in out_of_place:
+                if keeps and dtype == torch.bool:
+                    keeps = False  # bool * 3 computes in int64
+                with self.subTest(name, dtype=dtype):
+                    _clear_sharding_prop_cache()
+                    x = self._partial(mesh, "sum", dtype)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        res = fn(x)
+                    if keeps:
+                        self.assertEqual(comm_mode.get_total_counts(), 0)
+                        self.assertEqual(res.placements, partial)
+                    else:
+                        self.assertGreater(comm_mode.get_total_counts(), 0)
+                        self.assertEqual(res.placements, replicate)
+                    self.assertEqual(res.full_tensor(), fn(truth.clone()))
+            for name, fn in in_place:
+                with self.subTest(name, dtype=dtype):
+                    # the dtype error (from the kernel, or from sharding
+                    # propagation's meta run for div_), as for a plain tensor
+                    with self.assertRaisesRegex(RuntimeError, CAST_ERROR):
+                        fn(truth.clone())
+                    _clear_sharding_prop_cache()
+                    with self.assertRaisesRegex(RuntimeError, CAST_ERROR):
+                        fn(self._partial(mesh, "sum", dtype))
 
     def _replicate(self, mesh, dtype):
         local = torch.tensor(LOCALS[0], dtype=dtype)
