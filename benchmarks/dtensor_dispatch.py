@@ -229,6 +229,19 @@ def cases(mesh):
         ("x * 0.5 S(0), Python scalar", op(S, lambda x: x * 0.5)),
         ("x + 1 S(0), Python scalar", op(S, lambda x: x + 1)),
         ("x + 1 P(sum), Python scalar", op(P, lambda x: x + 1)),
+        # mul/div of a Partial(sum/avg) by a Python scalar: the value decides the
+        # plan (inf or a zero divisor reduce first); a finite factor stays a native
+        # cache hit (the x * 0.5 / x / 2 rows above and below are S(0))
+        ("x * 0.5 P(sum), Python scalar", op(P, lambda x: x * 0.5)),
+        ("x / 2 P(sum), Python scalar", op(P, lambda x: x / 2)),
+        ("x / 2 S(0), Python scalar", op(S, lambda x: x / 2)),
+        ("x * 0.5 P(avg), Python scalar", op(Partial("avg"), lambda x: x * 0.5)),
+        ("x * 2 P(sum), Python int", op(P, lambda x: x * 2)),
+        ("x.mul_(0.5) P(sum), Python scalar", op(P, lambda x: x.mul_(0.5))),
+        (
+            "_foreach_mul(4 x P(sum), 0.5)",
+            op(P, lambda x: torch._foreach_mul([x, x, x, x], 0.5)),
+        ),
         ("x + 1 P(avg), Python scalar", op(Partial("avg"), lambda x: x + 1)),
         ("x + 1.0 P(max), Python scalar", op(Partial("max"), lambda x: x + 1.0)),
         ("x + s P(sum), new scalar each call", lambda: add_new_scalar(P)),

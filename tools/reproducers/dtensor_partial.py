@@ -412,3 +412,59 @@ def scalar_after_zero_dim_tensor_on_partial() -> Outcome:
         values == [truth, truth],
         f"x + torch.tensor(3) {values[0]}, then x + 3 {values[1]} (truth {truth})",
     )
+
+
+@reproducer(
+    bug="P(sum) pieces [0, -2], [5, 5]: x * inf and x / 0.0 read nan on empty caches "
+    "(truth [inf, inf]; 0 * inf and -inf + inf are nan)",
+    upstream="-",
+    patch="[DTensor] mul and div keep a Partial(sum/avg) pending only for a finite factor "
+    "and a nonzero divisor",
+)
+def partial_sum_times_inf() -> Outcome:
+    return _partial_sum_factor_calls(after_finite=False)
+
+
+@reproducer(
+    bug="P(sum) pieces [0, -2], [5, 5]: x * 2.0, then x * inf and x / 0.0 read nan "
+    "through the sharding caches (keyed without the factor's value class)",
+    upstream="-",
+    patch="[DTensor] Key a Python number's value class where the sharding caches leave "
+    "its value out",
+)
+def partial_sum_times_inf_after_finite_factor() -> Outcome:
+    return _partial_sum_factor_calls(after_finite=True)
+
+
+def _partial_sum_factor_calls(after_finite: bool) -> Outcome:
+    import math
+
+    import torch
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    pieces = [[0.0, -2.0], [5.0, 5.0]]
+    whole = torch.tensor(pieces).sum(0)
+    calls = [
+        ("x * 2.0", lambda t: t * 2.0),
+        ("x * inf", lambda t: t * math.inf),
+        ("x / 2.0", lambda t: t / 2.0),
+        ("x / 0.0", lambda t: t / 0.0),
+    ]
+    _clear_sharding_prop_cache()
+    try:
+        values, truths = [], []
+        for _, fn in calls:
+            if not after_finite:
+                _clear_sharding_prop_cache()
+            x, mode = two_rank_partial("sum", lambda r: torch.tensor(pieces[r]))
+            with mode:
+                full = fn(x).full_tensor()
+            # rank 0's value: the ranks' nan values do not reconcile
+            values.append(full._local_tensors[0].tolist())
+            truths.append(fn(whole).tolist())
+    finally:
+        _clear_sharding_prop_cache()
+    detail = ", ".join(
+        f"{n} {v} (truth {t})" for (n, _), v, t in zip(calls, values, truths, strict=True)
+    )
+    return Outcome(values == truths, detail)
