@@ -435,8 +435,8 @@ def mesh_cases(mesh):
         (f"P(sum)^{k} - R, int32 R", sub(i32)),
         (f"mul(R, R, out=P^{k}), float32 R", mul_out(R, P, f32)),
         (f"mul(R, R, out=P^{k}), int32 R", mul_out(R, P, i32)),
-        (f"mul([P, R..], R, out=[R, P..]), float32", mul_out(pending, split, f32)),
-        (f"mul([P, R..], R, out=[R, P..]), int32", mul_out(pending, split, i32)),
+        ("mul([P, R..], R, out=[R, P..]), float32", mul_out(pending, split, f32)),
+        ("mul([P, R..], R, out=[R, P..]), int32", mul_out(pending, split, i32)),
     ]
 
 
