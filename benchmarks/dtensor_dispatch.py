@@ -1,7 +1,7 @@
 """DTensor dispatch cost per op: stock torch vs the overlay, measured in one run.
 
     python benchmarks/dtensor_dispatch.py [--reps N] [--quick] [--only TEXT] [--rank R]
-                                          [--out FILE]
+                                          [--mesh SHAPE] [--out FILE]
 
 Starts two long-lived worker processes, one on stock torch and one with the overlay's
 active patches, and drives them with interleaved repetitions (stock rep i, overlay rep i,
@@ -19,6 +19,11 @@ IQR), collectives per call and the bytes this rank would send for them (ring alg
 then the size of the sharding-propagation caches in each worker. Flags rows slower than
 1.05x and rows whose caches keep growing after warm-up (one entry per distinct value, say).
 Writes everything, with the worst ratio, to reports/dtensor_dispatch.json (--out).
+
+--mesh 2x2 (or 2x2x2, 3x2, ...) times, instead, the rows of `mesh_cases` on a mesh of that
+shape (rank 0 of its size): an operand split from Replicate into Partial(sum) on several
+mesh dims, with a float32 operand of the same move as control. Such a run is partial (its
+report does not stand for the full run).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -406,7 +412,48 @@ def serve(reply, setups: dict, handlers: dict) -> None:
             reply({"error": f"{type(error).__name__}: {first_line[:100]}"})
 
 
-def worker(rep_ms: float, rank: int) -> None:
+def mesh_cases(mesh):
+    """(name, setup) pairs for a mesh of 2 or more dims: operands moved from Replicate to
+    Partial(sum) on every mesh dim (P^k: Partial(sum) on each of the k mesh dims), or pending
+    on mesh dim 0 and split on the others, each with a float32 operand as control."""
+    import torch
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    k = mesh.ndim
+    R, P = [Replicate()] * k, [Partial()] * k
+    f32, i32, i64 = torch.float32, torch.int32, torch.int64
+
+    def dtensor(placements, dtype=f32):
+        local = (torch.rand(8, 8) * 10).to(dtype)
+        return DTensor.from_local(local, mesh, placements, run_check=False)
+
+    def sub(dtype):
+        def setup():
+            x, y = dtensor(P), dtensor(R, dtype)
+            return lambda: x - y
+
+        return setup
+
+    def mul_out(placements, out_placements, dtype):
+        def setup():
+            c, f, o = dtensor(placements, dtype), dtensor(R), dtensor(out_placements)
+            return lambda: torch.mul(c, f, out=o)
+
+        return setup
+
+    pending, split = [Partial()] + R[1:], [Replicate()] + P[1:]
+    return [
+        (f"P(sum)^{k} - R, float32 R", sub(f32)),
+        (f"P(sum)^{k} - R, int64 R", sub(i64)),
+        (f"P(sum)^{k} - R, int32 R", sub(i32)),
+        (f"mul(R, R, out=P^{k}), float32 R", mul_out(R, P, f32)),
+        (f"mul(R, R, out=P^{k}), int32 R", mul_out(R, P, i32)),
+        ("mul([P, R..], R, out=[R, P..]), float32", mul_out(pending, split, f32)),
+        ("mul([P, R..], R, out=[R, P..]), int32", mul_out(pending, split, i32)),
+    ]
+
+
+def worker(rep_ms: float, rank: int, shape: tuple[int, ...] = (WORLD_SIZE,)) -> None:
     reply = reply_channel()
 
     import torch
@@ -414,9 +461,11 @@ def worker(rep_ms: float, rank: int) -> None:
     from torch.distributed.tensor import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    global WORLD_SIZE
+    WORLD_SIZE = math.prod(shape)
     torch.set_num_threads(1)  # two workers share this machine's cores
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=WORLD_SIZE)
-    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+    mesh = init_device_mesh("cpu", shape)
 
     def prepare_row(setup, request):
         run = setup()
@@ -424,7 +473,7 @@ def worker(rep_ms: float, rank: int) -> None:
 
     serve(
         reply,
-        dict(cases(mesh)),
+        dict(cases(mesh) if len(shape) == 1 else mesh_cases(mesh)),
         {
             "prepare": prepare_row,
             "rep": lambda runs, request: time_rep(runs[request["row"]], request["calls"]),
@@ -617,15 +666,18 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="rows whose name contains TEXT")
     parser.add_argument("--rank", type=int, default=0, choices=range(WORLD_SIZE),
                         help="the rank the workers play (default 0)")  # fmt: skip
+    parser.add_argument("--mesh", default=str(WORLD_SIZE),
+                        help="mesh shape, e.g. 2x2: time mesh_cases on it instead")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "dtensor_dispatch.json")
     args = parser.parse_args()
+    shape = tuple(int(n) for n in args.mesh.split("x"))
     if args.quick:
         args.reps, args.rep_ms = 3, 2.0
     if args.worker:
-        worker(args.rep_ms, args.rank)
+        worker(args.rep_ms, args.rank, shape)
         return
 
-    worker_args = ["--rep-ms", str(args.rep_ms), "--rank", str(args.rank)]
+    worker_args = ["--rep-ms", str(args.rep_ms), "--rank", str(args.rank), "--mesh", args.mesh]
     with stock_and_overlay(__file__, worker_args) as (
         plan, overlay_files, workers,
     ):  # fmt: skip
@@ -637,7 +689,7 @@ def main() -> None:
             rows.append(summarize(name, prepared, reps))
         caches = {label: w.ask(cmd="caches") for label, w in workers.items()}
 
-    print(f"overlay: {plan.summary()}; rank {args.rank} of {WORLD_SIZE} on the fake process group, "
+    print(f"overlay: {plan.summary()}; rank {args.rank} of {math.prod(shape)} (mesh {args.mesh}) on the fake process group, "
           f"median of {args.reps} interleaved repetitions of ~{args.rep_ms:g} ms, CPU us per call")  # fmt: skip
     print_table(rows)
     print("sharding-propagation cache entries after the run:")
@@ -652,9 +704,11 @@ def main() -> None:
               f"{len(flagged)} row(s) flagged (> {RATIO_LIMIT}x, cache growth or error)")  # fmt: skip
     report = {
         "overlay_files": overlay_files,
-        "partial": bool(args.only or args.quick or args.rank),  # verify: full run, rank 0
+        # verify: full run, rank 0, 1-D mesh of WORLD_SIZE
+        "partial": bool(args.only or args.quick or args.rank or shape != (WORLD_SIZE,)),
         "overlay": plan.summary(),
-        "world_size": WORLD_SIZE,
+        "world_size": math.prod(shape),
+        "mesh": list(shape),
         "rank": args.rank,
         "reps": args.reps,
         "rep_ms": args.rep_ms,

@@ -10,6 +10,7 @@ tensor arithmetic on the mesh coordinate, so it traces under compile_on_one_rank
 
 import itertools
 import math
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from torch.distributed.tensor import (
     Replicate,
     Shard,
 )
+from torch.distributed.tensor import _dispatch
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor.debug import CommDebugMode
@@ -575,6 +577,161 @@ class PartialIntReplicateToPartialMeshTest(TestCase):
                         out_placements,
                         collectives=1,
                     )
+
+    def test_split_on_several_mesh_dims_matches_a_float_operands_split(self):
+        # An integer or bool Replicate operand split into a Partial("sum") on
+        # several mesh dims of a float computation is divided by the product
+        # of their sizes at once, without redistribute_local_tensor, where
+        # that gives what dividing the converted operand by each size in turn
+        # gives: at most one size is not a power of 2 (2x2, 3x2, 2x3, 2x2x2).
+        # On 3x3 the two divisions by 3 can round differently from one by 9,
+        # so it keeps the successive divisions. Each rank's local (values,
+        # dtype, strides) must equal the float operand's bit for bit.
+        limits = {
+            torch.int64: [2**62 + 1, 2**63 - 1, -(2**63), 2**53 + 1, -7],
+            torch.int32: [2**31 - 1, -(2**31), 2**24 + 1, 5, -3],
+            torch.int8: [127, -128, 1, 0, 7],
+            torch.uint8: [255, 0, 1, 3, 128],
+            torch.bool: [True, False, True, True, False],
+        }
+
+        def views(values, dtype):
+            t = torch.tensor(values * 3, dtype=dtype)[:12].reshape(3, 4)
+            return {
+                "contiguous": t,
+                "transposed": t.t(),
+                "expanded": t[:1, :1].expand(2, 3),
+                "empty_transposed": t.t()[:0],
+                "0-dim": t[0, 0].clone(),
+            }
+
+        shapes = (((2, 2), 0), ((3, 2), 0), ((2, 3), 0), ((2, 2, 2), 0), ((3, 3), 1))
+        default = torch.get_default_dtype()
+        for shape, redistributions in shapes:
+            world_size = math.prod(shape)
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+            try:
+                mesh = init_device_mesh("cpu", shape)
+                n = len(shape)
+                rep = [Replicate()] * n
+                for default_dtype, (dtype, values) in itertools.product(
+                    (torch.float32, torch.float64), limits.items()
+                ):
+                    torch.set_default_dtype(default_dtype)
+                    for name, local in views(values, dtype).items():
+                        with (
+                            self.subTest(
+                                shape=shape,
+                                default_dtype=default_dtype,
+                                dtype=dtype,
+                                view=name,
+                            ),
+                            LocalTensorMode(frozenset(range(world_size))),
+                        ):
+                            other = torch.full(local.shape, 3.0)
+
+                            def run(c):
+                                o = DTensor.from_local(
+                                    torch.zeros(local.shape), mesh, [Partial()] * n
+                                )
+                                comm_mode = CommDebugMode()
+                                with comm_mode:
+                                    torch.div(
+                                        c,
+                                        DTensor.from_local(other, mesh, rep),
+                                        out=o,
+                                    )
+                                self.assertEqual(comm_mode.get_total_counts(), 0)
+                                self.assertEqual(o.placements, (Partial(),) * n)
+                                return o
+
+                            c = DTensor.from_local(local, mesh, rep, run_check=False)
+                            with mock.patch.object(
+                                _dispatch,
+                                "redistribute_local_tensor",
+                                wraps=redistribute_local_tensor,
+                            ) as redistribute:
+                                got = run(c)
+                            if local.numel():
+                                self.assertEqual(
+                                    redistribute.call_count, redistributions
+                                )
+                            want = run(c.to(default_dtype))
+                            for r in range(world_size):
+                                g = got.to_local()._local_tensors[r]
+                                w = want.to_local()._local_tensors[r]
+                                self.assertEqual(g.dtype, default_dtype)
+                                self.assertEqual(g.stride(), w.stride())
+                                self.assertEqual(g, w, atol=0, rtol=0, equal_nan=True)
+                            self.assertEqual(
+                                got.full_tensor()._local_tensors[0],
+                                torch.div(local, other),
+                            )
+            finally:
+                torch.set_default_dtype(default)
+                dist.destroy_process_group()
+
+    def test_split_after_a_pending_reduction_is_one_division(self):
+        # An integer operand pending on mesh dim 0 and split on the others is
+        # reduced in its own dtype (int32 wraps) and then divided once, by
+        # the product of the split dims' sizes: one redistribute_local_tensor
+        # (the reduction), one collective.
+        for shape in ((2, 2), (2, 2, 2), (2, 3)):
+            world_size = math.prod(shape)
+            n = len(shape)
+            dist.init_process_group(
+                "fake", store=FakeStore(), rank=0, world_size=world_size
+            )
+            try:
+                mesh = init_device_mesh("cpu", shape)
+                with (
+                    self.subTest(shape=shape),
+                    LocalTensorMode(frozenset(range(world_size))),
+                ):
+                    pieces = LocalTensor(
+                        {
+                            # the first coordinate on mesh dim 0 holds
+                            # 2**31 - 1, the others 1: the int32 sum wraps
+                            r: torch.tensor(
+                                [1 if r >= world_size // shape[0] else 2**31 - 1, 3],
+                                dtype=torch.int32,
+                            )
+                            for r in range(world_size)
+                        }
+                    )
+                    c = DTensor.from_local(
+                        pieces, mesh, [Partial()] + [Replicate()] * (n - 1)
+                    )
+                    out_placements = (Replicate(),) + (Partial(),) * (n - 1)
+                    o = DTensor.from_local(
+                        torch.zeros(2), mesh, out_placements, run_check=False
+                    )
+                    comm_mode = CommDebugMode()
+                    with (
+                        comm_mode,
+                        mock.patch.object(
+                            _dispatch,
+                            "redistribute_local_tensor",
+                            wraps=redistribute_local_tensor,
+                        ) as redistribute,
+                    ):
+                        torch.mul(
+                            c,
+                            DTensor.from_local(torch.ones(2), mesh, [Replicate()] * n),
+                            out=o,
+                        )
+                    self.assertEqual(redistribute.call_count, 1)
+                    self.assertEqual(comm_mode.get_total_counts(), 1)
+                    self.assertEqual(o.placements, out_placements)
+                    plain = c.full_tensor()._local_tensors[0]
+                    self.assertEqual(plain[0].item(), -(2**31) + shape[0] - 2)
+                    self.assertEqual(
+                        o.full_tensor()._local_tensors[0], plain.to(torch.float32)
+                    )
+            finally:
+                dist.destroy_process_group()
 
 
 class DistPartialIntReplicateToPartialCompileTest(DTensorContinuousTestBase):
