@@ -697,6 +697,10 @@ def _constructed(name: str):
         return _constructed_review18(name[len("review18-") :])
     if name.startswith("review20-"):
         return _constructed_review20(name[len("review20-") :])
+    if name.startswith("review21-"):
+        return _constructed_review21(name[len("review21-") :])
+    if name.startswith("review22-"):
+        return _constructed_review22(name[len("review22-") :])
     raise KeyError(name)
 
 
@@ -1524,6 +1528,47 @@ def _constructed_review20(name: str):
     raise KeyError(name)
 
 
+def _constructed_review21(name: str):
+    """The rows of review rev25i H1 (corpus entries review21-*), ``OP-DTYPE-...``:
+    integer P(avg) samples whose elements all lie above half the dtype's range (m, the
+    largest value of 1 modulo 3 at most max - 3; q, 1 modulo 4 near max - 10), where
+    the regular split gives pieces at most about two apart."""
+    import torch
+
+    aten = torch.ops.aten
+    op, dt = name.split("-")[:2]
+    dtype = {"i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+             "i64": torch.int64, "u8": torch.uint8}[dt]  # fmt: skip
+    info = torch.iinfo(dtype)
+    m = info.max - 3 - (info.max - 3 - 1) % 3
+    q = (info.max - 10) // 4 * 4 + 1
+    if op == "rem3":  # remainder(P(avg), 3) -> P(avg) on [m]
+        return aten.remainder.Scalar, (torch.tensor([m], dtype=dtype), 3), {}
+    if op == "fmod3neg":  # fmod(P(avg), 3) -> P(avg) on [-m]
+        return aten.fmod.Scalar, (torch.tensor([-m], dtype=dtype), 3), {}
+    if op == "fdiv4":  # floor_divide(P(avg), R 4) -> P(avg) on [q]
+        x = torch.tensor([q], dtype=dtype)
+        return aten.floor_divide.default, (x, torch.full_like(x, 4)), {}
+    if op == "clamp4":  # clamp(P(avg), m - 11, m + 2) -> P(avg) on [m, .., m - 9]
+        x = torch.tensor([m, m - 3, m - 6, m - 9], dtype=dtype)
+        return aten.clamp.default, (x, m - 11, m + 2), {}
+    raise KeyError(name)
+
+
+def _constructed_review22(name: str):
+    """The row of review rev25k K1 (corpus entry review22-*): fmod.Tensor of a small
+    P(min) by a P(min) divisor of 2e4, beyond the far split's range, whose far
+    check an option shadowed by a helper's name had switched to wide pieces."""
+    import torch
+
+    aten = torch.ops.aten
+    s = torch.tensor([3.0, 4.0, 5.0, 6.0])
+    b = torch.tensor([2e4, 50.0, 100.0, 70.0])
+    if name.startswith("fmodmin-f32"):
+        return aten.fmod.Tensor, (s, b), {}
+    raise KeyError(name)
+
+
 def _review10_rows():
     """(id, family, dtype, rule, source) of the rev25p rows; the source names the review's
     family of wrong rules first (multi-output, magnitude-changing, narrow-int, in-place,
@@ -1942,6 +1987,36 @@ REVIEW20 = tuple(
     )
 )  # fmt: skip
 
+# Review rev25i H1: integer P(avg) elements above half the dtype's range (int64: above
+# about a fifth) got pieces at most about two apart, and rules wrong only on pieces
+# further apart passed: remainder/fmod by 3, floor_divide by 4, clamp just outside the
+# data (0050's wide checks).
+_R21 = "review rev25i H1 (integer P(avg) elements above half the range): "
+REVIEW21 = tuple(
+    (f"review21-{op}-{dt}-{rule_name}", "binary", dtype, rule, _R21 + text)
+    for dt, dtype in (("i8", "int8"), ("i16", "int16"), ("i32", "int32"),
+                      ("i64", "int64"), ("u8", "uint8"))
+    for op, rule_name, rule, text in (
+        ("rem3", "avg-avg", (("P(avg)",), ("P(avg)",)), "remainder([m], 3)"),
+        ("fmod3neg", "avg-avg", (("P(avg)",), ("P(avg)",)), "fmod([-m], 3)"),
+        ("fdiv4", "avg-R-avg", (("P(avg)", "R"), ("P(avg)",)),
+         "floor_divide([q], R [4])"),
+        ("clamp4", "avg-avg", (("P(avg)",), ("P(avg)",)),
+         "clamp([m, m - 3, m - 6, m - 9], m - 11, m + 2)"),
+    )
+    if not (dt == "u8" and op == "fmod3neg")
+)  # fmt: skip
+
+# Review rev25k K1: an option of the far check shadowed by a helper's name gave every
+# far check wide min/max pieces, and a wrong fmod.Tensor(P(min), P(min)) -> P(min) that
+# main rejected passed (fixed in 0052; the corpus pins it next to the unit test).
+REVIEW22 = (
+    ("review22-fmodmin-f32-min-min-min", "binary", "float32",
+     (("P(min)", "P(min)"), ("P(min)",)),
+     "review rev25k K1 (far check of a P(min) divisor beyond the far range): "
+     "fmod.Tensor(s = [3, 4, 5, 6], b = [2e4, 50, 100, 70])"),
+)  # fmt: skip
+
 # Rows no validator is expected to kill yet: the gaps both accept (G1, G2, G5, G6) and
 # F3, which stock kills only without signal. The kill-rate table counts them as wrong
 # rules like any other; the pinning tests require every other row found by hand killed.
@@ -2043,6 +2118,86 @@ HAND_WITNESS = {
        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, "
        "x = [3, -1, 1, -3] as pieces [6, -2, 2, -6] and [0, -1, 0, -1]: the rule "
        "gives trunc((0 + -2) / 2) = -1, should be 0",
+    "review21-clamp4-i16-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "32764 as pieces [32767, 32761]: the rule gives 32763, should be 32764 (3 ranks: "
+        "[32767, 32758, 32767] gives 32763)",
+    "review21-clamp4-i32-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "2147483644 as pieces [2147483647, 2147483641]: the rule gives 2147483643, should be 2147483644 (3 ranks: "
+        "[2147483647, 2147483638, 2147483647] gives 2147483643)",
+    "review21-clamp4-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "9223372036854775804 as pieces [9223372036854775807, 9223372036854775801]: the rule gives 9223372036854775803, should be 9223372036854775804 (3 ranks: "
+        "[9223372036854775807, 9223372036854775798, 9223372036854775807] gives 9223372036854775803)",
+    "review21-clamp4-i8-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "124 as pieces [127, 121]: the rule gives 123, should be 124 (3 ranks: "
+        "[127, 118, 127] gives 123)",
+    "review21-clamp4-u8-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "250 as pieces [255, 245]: the rule gives 248, should be 250 (3 ranks: "
+        "[255, 240, 255] gives 248)",
+    "review21-fdiv4-i16-avg-R-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "32757 as pieces [32767, 32747]: the rule gives 8188, should be 8189 (3 ranks: "
+        "[32767, 32745, 32759] gives 8188)",
+    "review21-fdiv4-i32-avg-R-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "2147483637 as pieces [2147483647, 2147483627]: the rule gives 536870908, should be 536870909 (3 ranks: "
+        "[2147483647, 2147483625, 2147483639] gives 536870908)",
+    "review21-fdiv4-i64-avg-R-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "9223372036854775797 as pieces [9223372036854775807, 9223372036854775787]: the rule gives 2305843009213693948, should be 2305843009213693949 (3 ranks: "
+        "[9223372036854775807, 9223372036854775785, 9223372036854775799] gives 2305843009213693948)",
+    "review21-fdiv4-i8-avg-R-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "117 as pieces [127, 107]: the rule gives 28, should be 29 (3 ranks: "
+        "[127, 105, 119] gives 28)",
+    "review21-fdiv4-u8-avg-R-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "245 as pieces [255, 235]: the rule gives 60, should be 61 (3 ranks: "
+        "[255, 233, 247] gives 60)",
+    "review21-fmod3neg-i16-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "-32764 as pieces [-32763, -32766]: the rule gives 0, should be -1 (3 ranks: "
+        "[-32760, -32767, -32767] gives 0)",
+    "review21-fmod3neg-i32-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "-2147483644 as pieces [-2147483643, -2147483646]: the rule gives 0, should be -1 (3 ranks: "
+        "[-2147483640, -2147483647, -2147483647] gives 0)",
+    "review21-fmod3neg-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "-9223372036854775804 as pieces [-9223372036854775803, -9223372036854775806]: the rule gives 0, should be -1 (3 ranks: "
+        "[-9223372036854775800, -9223372036854775807, -9223372036854775807] gives 0)",
+    "review21-fmod3neg-i8-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "-124 as pieces [-123, -126]: the rule gives 0, should be -1 (3 ranks: "
+        "[-120, -127, -127] gives 0)",
+    "review21-rem3-i16-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "32764 as pieces [32766, 32763]: the rule gives 0, should be 1 (3 ranks: "
+        "[32766, 32760, 32766] gives 0)",
+    "review21-rem3-i32-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "2147483644 as pieces [2147483646, 2147483643]: the rule gives 0, should be 1 (3 ranks: "
+        "[2147483646, 2147483640, 2147483646] gives 0)",
+    "review21-rem3-i64-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "9223372036854775804 as pieces [9223372036854775806, 9223372036854775803]: the rule gives 0, should be 1 (3 ranks: "
+        "[9223372036854775806, 9223372036854775800, 9223372036854775806] gives 0)",
+    "review21-rem3-i8-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "124 as pieces [126, 123]: the rule gives 0, should be 1 (3 ranks: "
+        "[126, 120, 126] gives 0)",
+    "review21-rem3-u8-avg-avg":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, x = "
+        "250 as pieces [255, 246]: the rule gives 0, should be 1 (3 ranks: "
+        "[255, 240, 255] gives 0)",
+    "review22-fmodmin-f32-min-min-min":
+        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, s = 3 "
+        "as P(min) pieces [3, 40003], b = 2e4 as [2e4, 20001]: fmod per rank [3, 1] "
+        "gives min 1, should be 3 (3 ranks: [3, 3, 40003], [2e4, 2e4, 20001])",
     "review14-addzero-i64-R-avg-avg":
        "trial 0 (by hand, a split of the sample itself, 2 ranks): element 0, the "
        "P(avg) 0 as pieces [0, -1] (trunc(-1 / 2) = 0), R 1 on both ranks: the rule "
@@ -2140,6 +2295,8 @@ FOUND = (
     *REVIEW17,
     *REVIEW18,
     *REVIEW20,
+    *REVIEW21,
+    *REVIEW22,
 )  # fmt: skip
 
 

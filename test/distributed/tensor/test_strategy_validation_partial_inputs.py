@@ -2195,6 +2195,64 @@ class AvgSpreadCheckTest(TestCase):
                               PA))  # fmt: skip
         self.run_rows(wrong, right, world_sizes=(2, 3, 4))
 
+    def test_elements_above_half_the_range(self):
+        # Review rev25i H1: an element beyond max / (2 world_size) (int64: 2**62 /
+        # (2 world_size)) got pieces at most about two apart under every other
+        # check, so on a sample whose elements all sit there a wrong rule wrong
+        # only on pieces further apart passed: int8 124 as [123, 126] gives
+        # remainder(., 3) 0 + 0 -> 0, truth 1; 117 as [115, 119] gives
+        # floor_divide(., 4) 28 + 29 -> 28, truth 29; at 3 ranks 124 as
+        # [127, 122, 123] within [122, 126] gives clamp 123, truth 124.
+        P, R = Partial, Replicate()
+        PA, PRA = ((P("avg"),), (P("avg"),)), ((P("avg"), R), (P("avg"),))
+        wrong, right = [], []
+        for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+            info = torch.iinfo(dtype)
+            m = info.max - 3 - (info.max - 3 - 1) % 3  # 1 modulo 3
+            q = (info.max - 10) // 4 * 4 + 1  # 1 modulo 4
+            big = torch.tensor([m], dtype=dtype)
+            big4 = torch.tensor([m, m - 3, m - 6, m - 9], dtype=dtype)
+            quarter = torch.tensor([q], dtype=dtype)
+            wrong += [
+                (f"remainder 3 [m] {dtype}", aten.remainder.Scalar, (big, 3), {}, PA),
+                (f"fmod 3 [m] {dtype}", aten.fmod.Scalar, (big, 3), {}, PA),
+                (f"remainder 3 big4 {dtype}", aten.remainder.Scalar, (big4, 3), {},
+                 PA),
+                (f"floor_divide R 4 [q] {dtype}", aten.floor_divide.default,
+                 (quarter, torch.full_like(quarter, 4)), {}, PRA),
+                (f"clamp big4 {dtype}", aten.clamp.default, (big4, m - 11, m + 2), {},
+                 PA),
+            ]  # fmt: skip
+            samples = [("[m]", big), ("big4", big4), ("[q]", quarter)]
+            if info.min < 0:
+                neg = torch.tensor([-m], dtype=dtype)
+                wrong += [
+                    (f"fmod 3 [-m] {dtype}", aten.fmod.Scalar, (neg, 3), {}, PA),
+                    (f"floor_divide R 3 [-m] {dtype}", aten.floor_divide.default,
+                     (neg, torch.full_like(neg, 3)), {}, PRA),
+                ]  # fmt: skip
+                mixed = torch.tensor([m, -m, info.max, info.min + 1], dtype=dtype)
+                samples += [("[-m]", neg), ("mixed", mixed)]
+            for name, a in samples:
+                right += [
+                    (f"clone {name} {dtype}", aten.clone.default, (a,), {}, PA),
+                    (f"mul by R 1 {name} {dtype}", aten.mul.Tensor,
+                     (a, torch.ones_like(a)), {}, PRA),
+                    (f"add R 0 {name} {dtype}", aten.add.Tensor,
+                     (a, torch.zeros_like(a)), {}, PRA),
+                    (f"to int64 {name} {dtype}", aten._to_copy.default, (a,),
+                     {"dtype": torch.int64}, PA),
+                    (f"where {name} {dtype}", aten.where.self,
+                     (a > 0, a, a.flip(0)), {}, ((R, P("avg"), P("avg")), PA[1])),
+                ]  # fmt: skip
+                if info.min < 0 and name != "mixed":
+                    # (mixed: min + 1 may have a piece at the signed minimum,
+                    # whose negation wraps, as in rev25g G2's rows above)
+                    right.append(
+                        (f"neg {name} {dtype}", aten.neg.default, (a,), {}, PA)
+                    )
+        self.run_rows(wrong, right, world_sizes=(2, 3))
+
 
 class IntegerAverageInputTest(TestCase):
     """An integer P(avg) input stands for the sum of its pieces over the integers
@@ -2229,7 +2287,8 @@ class IntegerAverageInputTest(TestCase):
                     (sample, idx, shift)
                     for sample in (limits, data)
                     for idx, shift in itertools.product(
-                        (0, 1), (0, 1, sv._PARITY_SHIFT, sv._SPREAD_SHIFT)
+                        (0, 1),
+                        (0, 1, sv._PARITY_SHIFT, sv._SPREAD_SHIFT, *sv._WIDE_SHIFTS),
                     )
                 ]
                 cases += [
