@@ -1744,6 +1744,51 @@ class KeyGuardFallbackTests(torch._dynamo.test_case.TestCase):
                 self.assertEqual(m.mode, "x2")
                 self.assertEqual(compiled(torch.ones(1)), torch.full((1,), 7.2))
 
+    def test_aliasing_made_by_guard_code_next_to_a_key_guard(self):
+        # A list subclass's __len__ (LENGTH_CHECK), on its run in the check
+        # made when the guards are built, makes d.w the tensor b.w is and
+        # stores the key the frame read from c.__dict__. The key guard fails
+        # first, and the aliasing guard of b.w and d.w has a member (b.w)
+        # checked before the key guard: the fallback must still see the
+        # aliasing, and not run the graph traced with two tensors on one.
+        arm = {"on": True, "runs": 0}
+
+        class Obj:
+            pass
+
+        b, c, d = Obj(), Obj(), Obj()
+        b.w, d.w = torch.ones(2), torch.full((2,), 10.0)
+
+        class StoresOnSecondLen(list):
+            def __len__(self):
+                if arm["on"]:
+                    arm["runs"] += 1
+                    if arm["runs"] == 2:
+                        d.w = b.w
+                        c.__dict__["_m"] = True
+                return super().__len__()
+
+        def fn(x, a, b, c, d):
+            b.w.add_(1.0)
+            q = 3.0 if "_m" in c.__dict__ else 5.0
+            return x * d.w * q * a[0]
+
+        a = StoresOnSecondLen([1.0])
+        compiled = torch.compile(fn, backend="aot_eager")
+        for call in range(3):
+            with self.subTest(call=call):
+                try:
+                    out = compiled(torch.ones(2), a, b, c, d)
+                except AssertionError as e:
+                    # The same-frame guard failure, as without key guards.
+                    self.assertEqual(call, 0)
+                    self.assertIn("Guard failed on the same frame", str(e))
+                    continue
+                # The state after the call: b.w was incremented once (d.w is
+                # b.w), and the key is present.
+                self.assertIs(d.w, b.w)
+                self.assertEqual(out, b.w * 3.0)
+
     def test_value_toggled_by_every_third_len_with_key_guards(self):
         # The frame reads a key of its __dict__ (a key guard) that nothing
         # stores, and a value that a list subclass's __len__ (LENGTH_CHECK)
