@@ -1671,6 +1671,352 @@ class KeyGuardFallbackTests(torch._dynamo.test_case.TestCase):
         for _ in range(3):
             self.assertEqual(compiled(make(), o).a, torch.full((2,), 10.0))
 
+    # Guard code that moves a guarded value back and forth within one compile
+    # (v1, v2, v1, v2 over its runs): the guards built again without the key
+    # guards read v2, and a check of the first build's values and one of the
+    # second build's, run one after the other, can each see the value it
+    # expects. The second build must be kept only if its guards expect what
+    # the first build's expected; each call raises the same-frame
+    # AssertionError or returns eager's value, and later calls match eager.
+
+    def _check_toggled_value(self, compiled, eager, calls=4):
+        for i in range(calls):
+            try:
+                out = compiled()
+            except AssertionError as e:
+                self.assertIn("same frame it was created", str(e))
+                self.assertLess(i, 2)
+                continue
+            self.assertEqual(out, eager())
+
+    def test_value_toggled_by_len_within_one_compile(self):
+        class KeyList(list):
+            def __init__(self, owner, *args):
+                super().__init__(*args)
+                self.owner = owner
+
+            def __len__(self):
+                if arm["on"]:
+                    self.owner.__dict__["_m"] = True
+                return super().__len__()
+
+        class ValList(list):
+            def __init__(self, owner, *args):
+                super().__init__(*args)
+                self.owner = owner
+                self.n = 0
+
+            def __len__(self):
+                if arm["on"]:
+                    self.n += 1
+                    if self.n in (2, 4, 5):
+                        o = self.owner
+                        o.mode = "x2" if o.mode == "x1" else "x1"
+                return super().__len__()
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mode = "x1"
+                self.a = KeyList(self, [2.0])
+                self.b = ValList(self, [1.0])
+
+            def forward(self, x):
+                q = 3.0 if "_m" in self.__dict__ else 5.0
+                r = 1.0 if self.mode == "x1" else 1.2
+                return x * q * r * self.a[0] * self.b[0]
+
+        for dynamic in (False, True):
+            with self.subTest(dynamic=dynamic):
+                torch._dynamo.reset()
+                arm = {"on": True}
+                m = M()
+                compiled = torch.compile(m, backend="eager", dynamic=dynamic)
+
+                def eager():
+                    arm["on"] = False
+                    try:
+                        return m(torch.ones(1))
+                    finally:
+                        arm["on"] = True
+
+                self._check_toggled_value(lambda: compiled(torch.ones(1)), eager)
+                self.assertEqual(m.mode, "x2")
+                self.assertEqual(compiled(torch.ones(1)), torch.full((1,), 7.2))
+
+    def test_aliasing_made_by_guard_code_next_to_a_key_guard(self):
+        # A list subclass's __len__ (LENGTH_CHECK), on its run in the check
+        # made when the guards are built, makes d.w the tensor b.w is and
+        # stores the key the frame read from c.__dict__. The key guard fails
+        # first, and the aliasing guard of b.w and d.w has a member (b.w)
+        # checked before the key guard: the fallback must still see the
+        # aliasing, and not run the graph traced with two tensors on one.
+        arm = {"on": True, "runs": 0}
+
+        class Obj:
+            pass
+
+        b, c, d = Obj(), Obj(), Obj()
+        b.w, d.w = torch.ones(2), torch.full((2,), 10.0)
+
+        class StoresOnSecondLen(list):
+            def __len__(self):
+                if arm["on"]:
+                    arm["runs"] += 1
+                    if arm["runs"] == 2:
+                        d.w = b.w
+                        c.__dict__["_m"] = True
+                return super().__len__()
+
+        def fn(x, a, b, c, d):
+            b.w.add_(1.0)
+            q = 3.0 if "_m" in c.__dict__ else 5.0
+            return x * d.w * q * a[0]
+
+        a = StoresOnSecondLen([1.0])
+        compiled = torch.compile(fn, backend="aot_eager")
+        for call in range(3):
+            with self.subTest(call=call):
+                try:
+                    out = compiled(torch.ones(2), a, b, c, d)
+                except AssertionError as e:
+                    # The same-frame guard failure, as without key guards.
+                    self.assertEqual(call, 0)
+                    self.assertIn("Guard failed on the same frame", str(e))
+                    continue
+                # The state after the call: b.w was incremented once (d.w is
+                # b.w), and the key is present.
+                self.assertIs(d.w, b.w)
+                self.assertEqual(out, b.w * 3.0)
+
+    def test_value_toggled_by_every_third_len_with_key_guards(self):
+        # The frame reads a key of its __dict__ (a key guard) that nothing
+        # stores, and a value that a list subclass's __len__ (LENGTH_CHECK)
+        # flips on its runs 2, 5, 8, ...: on each compile, the run of the
+        # check made when the guards are built. That check reads the flipped
+        # value only where it would without key guards; the key guards must
+        # not make the guard code run once more or read other values there.
+        class ValList(list):
+            def __init__(self, owner, *args):
+                super().__init__(*args)
+                self.owner = owner
+                self.n = 0
+
+            def __len__(self):
+                if arm["on"]:
+                    self.n += 1
+                    if self.n % 3 == 2:
+                        o = self.owner
+                        o.mode = "x2" if o.mode == "x1" else "x1"
+                return super().__len__()
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mode = "x1"
+                self.a = [2.0]
+                self.b = ValList(self, [1.0])
+
+            def forward(self, x):
+                q = 3.0 if "_m" in self.__dict__ else 5.0
+                r = 1.0 if self.mode == "x1" else 1.2
+                return x * q * r * self.a[0] * self.b[0]
+
+        for dynamic in (False, True):
+            with self.subTest(dynamic=dynamic):
+                torch._dynamo.reset()
+                arm = {"on": True}
+                m = M()
+                cnt = CompileCounter()
+                compiled = torch.compile(m, backend=cnt, dynamic=dynamic)
+                for _ in range(6):
+                    arm["on"] = False
+                    try:
+                        expected = m(torch.ones(1))
+                    finally:
+                        arm["on"] = True
+                    self.assertEqual(compiled(torch.ones(1)), expected)
+                self.assertEqual(cnt.frame_count, 2)
+
+    def test_value_toggled_by_a_metaclass_property_within_one_compile(self):
+        runs = {"p": 0, "q": 0}
+        arm = {"on": True}
+
+        class Box:
+            pass
+
+        reg, cfg = Box(), Box()
+        cfg.v = "x1"
+
+        class StoresKey(type):
+            @property
+            def s1(cls):
+                if arm["on"]:
+                    reg.__dict__["k"] = True
+                return 1.0
+
+        class TogglesValue(type):
+            @property
+            def s2(cls):
+                if arm["on"]:
+                    runs["q"] += 1
+                    if runs["q"] in (3, 5, 6):
+                        cfg.v = "x2" if cfg.v == "x1" else "x1"
+                return 1.0
+
+        class C(metaclass=StoresKey):
+            pass
+
+        class D(metaclass=TogglesValue):
+            pass
+
+        def fn(c, d, t):
+            q = 3.0 if "k" in keys_owner.__dict__ else 5.0  # noqa: F821
+            r = 1.0 if values_owner.v == "x1" else 1.2  # noqa: F821
+            return t * q * type(c).s1 * type(d).s2 * r
+
+        fn = _with_globals(fn, keys_owner=reg, values_owner=cfg)
+        compiled = torch.compile(fn, backend="eager")
+
+        def eager():
+            arm["on"] = False
+            try:
+                return fn(C(), D(), torch.ones(1))
+            finally:
+                arm["on"] = True
+
+        self._check_toggled_value(lambda: compiled(C(), D(), torch.ones(1)), eager)
+        self.assertEqual(cfg.v, "x2")
+        self.assertEqual(compiled(C(), D(), torch.ones(1)), torch.full((1,), 3.6))
+
+    def test_aot_compile_value_toggled_by_len_within_one_compile(self):
+        arm = {"on": True}
+
+        class KeyList(list):
+            def __len__(self):
+                if arm["on"]:
+                    o.__dict__["_m"] = True
+                return super().__len__()
+
+        class ValList(list):
+            n = 0
+
+            def __len__(self):
+                if arm["on"]:
+                    self.n += 1
+                    if self.n in (3, 5, 6):
+                        o.mode = "x2" if o.mode == "x1" else "x1"
+                return super().__len__()
+
+        def fn(t, o):
+            q = 3.0 if "_m" in o.__dict__ else 5.0
+            r = 1.0 if o.mode == "x1" else 1.2
+            return t * q * r * o.a[0] * o.b[0]
+
+        o = _MaterializedOwner()
+        o.mode = "x1"
+        o.a = KeyList([2.0])
+        o.b = ValList([1.0])
+
+        def eager():
+            arm["on"] = False
+            try:
+                return fn(torch.ones(1), o)
+            finally:
+                arm["on"] = True
+
+        try:
+            compiled = torch.compile(fn, fullgraph=True, backend="eager").aot_compile(
+                ((torch.ones(1), o), {})
+            )
+        except AssertionError as e:
+            self.assertIn("same frame it was created", str(e))
+            return
+        for _ in range(3):
+            try:
+                out = compiled(torch.ones(1), o)
+            except RuntimeError as e:
+                self.assertIn("GuardManager check failed", str(e))
+                continue
+            self.assertEqual(out, eager())
+
+
+def _inner_with_key_guard(t, o):
+    return t * o.__dict__.get("s", 2.0)
+
+
+def _inner_without_key_guard(t, o):
+    return t * 2.0
+
+
+class KeyGuardNestedBuildTests(torch._dynamo.test_case.TestCase):
+    """A guard build runs user code (a list subclass's __len__ under
+    LENGTH_CHECK) that may call another compiled function: that frame is
+    compiled, and its guards built, within the guard build of the first
+    frame. Each build keeps to its own guards, with or without instance
+    __dict__ key guards on either frame."""
+
+    def _check_nested_build(self, inner_fn, stores_key):
+        arm = {"on": True}
+        inner_obj = _MaterializedOwner()
+        inner = torch.compile(inner_fn, backend="eager")
+        inner_outs = []
+
+        class CallsCompiled(list):
+            def __init__(self, owner, *args):
+                super().__init__(*args)
+                self.owner = owner
+
+            def __len__(self):
+                if arm["on"]:
+                    inner_outs.append(inner(torch.ones(1), inner_obj))
+                    if stores_key:
+                        self.owner.__dict__["_m"] = True
+                return super().__len__()
+
+        def fn(o, t):
+            r = 3.0 if "_m" in o.__dict__ else 5.0
+            return t * r * o.__dict__.get("scale", 1.0) * o.items[0]
+
+        cnt = CompileCounter()
+        compiled = torch.compile(fn, backend=cnt)
+        o = _MaterializedOwner()
+        o.items = CallsCompiled(o, [2.0])
+        for _ in range(3):
+            o.__dict__.pop("_m", None)
+            out = compiled(o, torch.ones(1))
+            arm["on"] = False
+            try:
+                o.__dict__.pop("_m", None)
+                self.assertEqual(out, fn(o, torch.ones(1)))
+                expected_inner = inner_fn(torch.ones(1), inner_obj)
+            finally:
+                arm["on"] = True
+            self.assertTrue(inner_outs)
+            for inner_out in inner_outs:
+                self.assertEqual(inner_out, expected_inner)
+            inner_outs.clear()
+        # The frame is compiled once: its key guards pass, or fail only
+        # through the key its own guards stored, and are built again without
+        # them. The guards of the frame compiled within its build are not its
+        # own: they do not make the two builds differ.
+        self.assertEqual(cnt.frame_count, 1)
+        if stores_key:
+            (entry,) = torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__)
+            self.assertNotIn("___dict_contains('_m'", str(entry.guard_manager))
+
+    def test_nested_build_of_a_frame_with_key_guards(self):
+        for stores_key in (False, True):
+            with self.subTest(stores_key=stores_key):
+                torch._dynamo.reset()
+                self._check_nested_build(_inner_with_key_guard, stores_key)
+
+    def test_nested_build_of_a_frame_without_key_guards(self):
+        for stores_key in (False, True):
+            with self.subTest(stores_key=stores_key):
+                torch._dynamo.reset()
+                self._check_nested_build(_inner_without_key_guard, stores_key)
+
 
 if __name__ == "__main__":
     from torch._dynamo.test_case import run_tests
