@@ -314,6 +314,39 @@ class PartialScalarFactorTest(DTensorContinuousTestBase):
                             self.assertEqual(res.placements, p)
                             self.assertEqual(res.full_tensor(), t, atol=0, rtol=0)
 
+    def test_foreach_scalar_list_pairing_order(self):
+        # The sharding caches' keys leave a ScalarList's numbers out, so a
+        # call whose refusing number meets no floating pending element (a
+        # Replicate or an integer Partial one) must not cache a plan that the
+        # same call with the numbers swapped would get: there the refusing
+        # number meets the floating Partial element.
+        mesh = self._mesh()
+        replicate = (Replicate(),) * mesh.ndim
+        for other in ("replicate", "int64 partial"):
+            for reduce_op in ("sum", "avg"):
+                with self.subTest(other=other, reduce_op=reduce_op):
+                    _clear_sharding_prop_cache()
+                    truth = self._reduced(reduce_op, torch.float32)
+                    if other == "replicate":
+                        b = self._replicate(mesh, torch.float32)
+                        b_truth = torch.tensor(LOCALS[0], dtype=torch.float32)
+                    else:
+                        b = self._partial(mesh, "sum", torch.int64)
+                        b_truth = torch.stack(
+                            [torch.tensor(p) for p in LOCALS[: self.world_size]]
+                        ).sum(0)
+                    a = self._partial(mesh, reduce_op, torch.float32)
+                    first = torch._foreach_mul([a, b], [2.0, inf])
+                    self.assertEqual(first[0].full_tensor(), truth * 2.0)
+                    self.assertEqual(first[1].full_tensor(), b_truth * inf)
+                    comm_mode = CommDebugMode()
+                    with comm_mode:
+                        second = torch._foreach_mul([a, b], [inf, 2.0])
+                    self.assertEqual(second[0].placements, replicate)
+                    self.assertGreater(comm_mode.get_total_counts(), 0)
+                    self.assertEqual(second[0].full_tensor(), truth * inf)
+                    self.assertEqual(second[1].full_tensor(), b_truth * 2.0)
+
 
 class PartialScalarFactor2x2Test(PartialScalarFactorTest):
     world_size = 4
