@@ -1789,6 +1789,53 @@ class KeyGuardFallbackTests(torch._dynamo.test_case.TestCase):
                 self.assertIs(d.w, b.w)
                 self.assertEqual(out, b.w * 3.0)
 
+    def test_dict_entry_changed_by_guard_code_next_to_a_key_guard(self):
+        # As above, but the value guard code changes is an entry of a dict the
+        # frame iterates (its guards sit on the dict guard's entries, which
+        # are not among its child managers): the fallback must check them.
+        arm = {"on": True, "runs": 0}
+
+        class Obj:
+            pass
+
+        c = Obj()
+        e = {"k": 1.0, "t": torch.ones(2)}
+
+        class StoresOnSecondLen(list):
+            def __len__(self):
+                if arm["on"]:
+                    arm["runs"] += 1
+                    if arm["runs"] == 2:
+                        e["k"] = 2.0
+                        e["t"] = torch.full((2,), 10.0)
+                        c.__dict__["_m"] = True
+                return super().__len__()
+
+        def fn(a, c, e):
+            q = 3.0 if "_m" in c.__dict__ else 5.0
+            s = 0.0
+            for k, v in e.items():
+                if k == "k":
+                    s = s + v
+            return e["t"] * s * q * a[0]
+
+        a = StoresOnSecondLen([1.0])
+        compiled = torch.compile(fn, backend="eager")
+        for call in range(3):
+            with self.subTest(call=call):
+                try:
+                    out = compiled(a, c, e)
+                except AssertionError as err:
+                    # The same-frame guard failure, as without key guards.
+                    self.assertEqual(call, 0)
+                    self.assertIn("Guard failed on the same frame", str(err))
+                    continue
+                arm["on"] = False
+                try:
+                    self.assertEqual(out, fn(a, c, e))
+                finally:
+                    arm["on"] = True
+
     def test_value_toggled_by_every_third_len_with_key_guards(self):
         # The frame reads a key of its __dict__ (a key guard) that nothing
         # stores, and a value that a list subclass's __len__ (LENGTH_CHECK)
