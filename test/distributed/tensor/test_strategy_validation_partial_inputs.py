@@ -2233,6 +2233,10 @@ class AvgSpreadCheckTest(TestCase):
                 ]  # fmt: skip
                 mixed = torch.tensor([m, -m, info.max, info.min + 1], dtype=dtype)
                 samples += [("[-m]", neg), ("mixed", mixed)]
+            else:
+                # Large at 2 and 3 ranks, but below max / world_size: a piece
+                # at 255 would leave the others below 0 (rev25m M1).
+                samples.append(("window", torch.tensor([100, 70, 40], dtype=dtype)))
             for name, a in samples:
                 right += [
                     (f"clone {name} {dtype}", aten.clone.default, (a,), {}, PA),
@@ -2279,6 +2283,9 @@ class IntegerAverageInputTest(TestCase):
             values = [info.min, info.min + 1, info.max - 1, info.max, 0, 1, 5]
             if info.min < 0:
                 values += [-1, -5, info.min // 3, info.max // 3]
+            else:
+                # below max / world_size, above max / (2 world_size)
+                values += [info.max // 3, info.max // 5, info.max // 7]
             limits = torch.tensor(values, dtype=dtype)
             data = (small.abs() if info.min == 0 else small).to(dtype)
             singles = [torch.tensor(v, dtype=dtype) for v in (0, 7, info.max)]
