@@ -211,11 +211,13 @@ class SourceBuildTest(TestCase):
         self.assertIn('"add_dict_not_contains_key_guard",', source.read_text())
         subjects = self.branch_commits()
         self.assertEqual(
-            subjects[-3:],
+            subjects[-4:],
             [
                 "[DTensor] Keep the native sharding cache out of traced regions",
                 "[dynamo] One leaf for the absent-key checks of a dict: DICT_NOT_CONTAINS_KEYS",
                 "[DTensor] Tell a Python scalar from a 0-d tensor in the native sharding cache key",
+                "[DTensor] Key a Python number's value class where the sharding caches leave its "
+                "value out",
             ],
         )
         self.assertNotIn(
