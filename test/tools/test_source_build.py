@@ -207,6 +207,7 @@ class SourceBuildTest(TestCase):
         # the source-only patches, applied to the checkout's own files by context
         source = self.src / "torch/csrc/autograd/python_variable.cpp"
         self.assertIn("if (!dtensor_is_tracing()) {", source.read_text())
+        self.assertIn("enum class NumberValueClass", source.read_text())
         source = self.src / "torch/csrc/dynamo/guards.cpp"
         self.assertIn('"add_dict_not_contains_key_guard",', source.read_text())
         subjects = self.branch_commits()
